@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from approvals.selectors import approval_pending_list
+from pandaweb.core.permissions import capability_required
+from pandaweb.core.roles import Capability
+
+
+@require_GET
+@capability_required(Capability.VIEW_APPROVALS)
+def approval_index(request: HttpRequest) -> HttpResponse:
+    return render(request, "approvals/index.html", {"pending": approval_pending_list()})

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import HttpRequest
+from django.urls import reverse
+
+from approvals.selectors import approval_pending_count
+from pandaweb.core.permissions import user_can
+from pandaweb.core.roles import Capability
+
+
+@dataclass(frozen=True)
+class NavItem:
+    key: str
+    label: str
+    url: str
+
+
+_SECTIONS: tuple[tuple[str, str, str, Capability], ...] = (
+    ("workflows", "Workflows", "workflows:index", Capability.VIEW_WORKFLOWS),
+    ("runs", "Runs", "runs:index", Capability.VIEW_RUNS),
+    ("approvals", "Approvals", "approvals:index", Capability.VIEW_APPROVALS),
+    ("audit", "Audit", "audit:index", Capability.VIEW_AUDIT),
+    ("system", "System", "system", Capability.VIEW_SYSTEM),
+)
+
+
+def navigation(request: HttpRequest) -> dict[str, Any]:
+    user = request.user
+    if not user.is_authenticated:
+        return {}
+    items = [
+        NavItem(key=key, label=label, url=reverse(url_name))
+        for key, label, url_name, capability in _SECTIONS
+        if user_can(user, capability)
+    ]
+    sees_approvals = user_can(user, Capability.VIEW_APPROVALS)
+    match = request.resolver_match
+    return {
+        "nav_items": items,
+        "nav_active": match.namespace or match.url_name if match else "",
+        "nav_roles": sorted(group.name for group in user.groups.all()),
+        "approvals_badge_live": sees_approvals,
+        "approvals_pending_count": approval_pending_count() if sees_approvals else None,
+    }

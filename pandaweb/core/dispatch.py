@@ -1,0 +1,57 @@
+"""Where background work runs: Celery workers, or threads of this process (embedded default).
+
+Every caller queues work the same way; ``settings.RUN_EXECUTION`` decides where it executes, so
+the embedded default and the scale-out deployment run the same task code.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from celery import Task
+from django.conf import settings
+from django.db import connections, transaction
+
+logger = logging.getLogger(__name__)
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def dispatch(task: Task, **kwargs: Any) -> None:
+    """Queue ``task(**kwargs)`` once the current transaction commits (at once outside one).
+
+    Work must never start before the rows it reads are visible to it, hence ``on_commit``.
+    """
+    transaction.on_commit(lambda: _send(task, kwargs))
+
+
+def _send(task: Task, kwargs: dict[str, Any]) -> None:
+    if settings.RUN_EXECUTION == "celery":
+        task.apply_async(kwargs=kwargs)
+    else:
+        _thread_pool().submit(_run_in_thread, task, kwargs)
+
+
+def _thread_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(
+                max_workers=settings.RUN_THREADS, thread_name_prefix="pandaweb-run"
+            )
+        return _pool
+
+
+def _run_in_thread(task: Task, kwargs: dict[str, Any]) -> None:
+    try:
+        result = task.apply(kwargs=kwargs)
+        if result.failed():
+            logger.error("task %s failed in-process: %r", task.name, result.result)
+    finally:
+        # Each pool thread has its own database connections; give them back after every task.
+        for conn in connections.all(initialized_only=True):
+            conn.close()

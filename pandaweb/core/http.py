@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.http import HttpRequest
+from django_htmx.middleware import HtmxDetails
+
+
+class HtmxHttpRequest(HttpRequest):
+    """The request type of views that look at ``request.htmx`` (set by django-htmx)."""
+
+    htmx: HtmxDetails

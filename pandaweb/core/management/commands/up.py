@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from pandaweb import supervisor
+from pandaweb.core.selectors import deployment_summary
+
+
+class Command(BaseCommand):
+    help = (
+        "Start the dashboard (daphne), the bundled demo portal and, in scale-out mode, Celery "
+        "workers; print the URL and demo logins once everything answers; stop all on Ctrl-C."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--portal-port", type=int, default=8001)
+        parser.add_argument("--no-portal", action="store_true", help="do not start the demo portal")
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=None,
+            help="Celery worker processes (scale-out only; default 1 there, 0 embedded)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        host, port = options["host"], options["port"]
+        python = sys.executable
+        children = [
+            supervisor.Child(
+                name="dashboard",
+                argv=[
+                    python,
+                    "-m",
+                    "daphne",
+                    "-b",
+                    host,
+                    "-p",
+                    str(port),
+                    "pandaweb.asgi:application",
+                ],
+                ready_url=f"http://{host}:{port}/login/",
+            )
+        ]
+        if not options["no_portal"]:
+            portal_port = options["portal_port"]
+            children.append(
+                supervisor.Child(
+                    name="demo portal",
+                    argv=[python, "manage.py", "demo_portal", "--port", str(portal_port)],
+                    ready_url=f"http://127.0.0.1:{portal_port}/login",
+                )
+            )
+        workers = options["workers"]
+        if workers is None:
+            workers = 1 if settings.RUN_EXECUTION == "celery" else 0
+        if workers and settings.RUN_EXECUTION != "celery":
+            raise CommandError("--workers needs scale-out mode: set REDIS_URL")
+        for index in range(workers):
+            children.append(
+                supervisor.Child(
+                    name=f"worker {index + 1}",
+                    argv=[
+                        python, "-m", "celery", "-A", "pandaweb", "worker",
+                        "--loglevel", "INFO", "--concurrency", "2",
+                        "--hostname", f"worker{index + 1}@%h",
+                        "--queues", settings.CELERY_TASK_DEFAULT_QUEUE,
+                    ],
+                )
+            )  # fmt: skip
+
+        def banner() -> None:
+            self.stdout.write(self._banner(host, port, options))
+            self.stdout.flush()
+
+        status = supervisor.run(children, on_ready=banner)
+        if status:
+            raise CommandError("pandaweb stopped because one of its processes failed")
+
+    def _banner(self, host: str, port: int, options: dict[str, Any]) -> str:
+        summary = deployment_summary()
+        lines = [
+            "",
+            self.style.SUCCESS(f"pandaweb is running: http://{host}:{port}/"),
+            f"  mode: {'embedded' if summary['embedded'] else 'scale-out'} · database "
+            f"{summary['database']} · channel layer {summary['channel_layer']} · runs in "
+            f"{summary['execution']}",
+        ]
+        if not options["no_portal"]:
+            lines.append(
+                f"  demo portal: http://127.0.0.1:{options['portal_port']}/ "
+                "(login acme-demo / portal-demo-2026)"
+            )
+        logins_file = settings.DATA_DIR / "demo-logins.json"
+        if logins_file.exists():
+            lines.append("  demo logins (username · password):")
+            for username, password in json.loads(logins_file.read_text()).items():
+                lines.append(f"    {username:<18} {password}")
+        lines.append("  stop with Ctrl-C")
+        return "\n".join(lines) + "\n"

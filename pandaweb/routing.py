@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from approvals.routing import websocket_urlpatterns as approvals_routes
+
+websocket_urlpatterns = [*approvals_routes]

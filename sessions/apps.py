@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class RunSessionsConfig(AppConfig):
+    """Runs and their browser sessions.
+
+    The label is ``runs`` because ``django.contrib.sessions`` owns the label ``sessions``; it is
+    fixed before the first migration and must never change (tables and permissions carry it).
+    """
+
+    name = "sessions"
+    label = "runs"
+    verbose_name = "Runs"

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+
+from pandaweb.browser import HEADLESS_ARGS, find_chromium
+
+
+@pytest.fixture(scope="session")
+def playwright_instance() -> Iterator[Playwright]:
+    with sync_playwright() as playwright:
+        yield playwright
+
+
+@pytest.fixture(scope="session")
+def browser(playwright_instance: Playwright) -> Iterator[Browser]:
+    """A real headless Chromium (the system one), shared by the session's browser tests."""
+    browser = playwright_instance.chromium.launch(
+        executable_path=find_chromium(), args=list(HEADLESS_ARGS), headless=True
+    )
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh browser context per test: no cookies or storage cross tests."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    yield page
+    context.close()

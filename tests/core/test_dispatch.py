@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.test import Client
+from pytest_django.fixtures import Settings
+
+from pandaweb.core.models import WorkerHeartbeat
+from pandaweb.core.roles import Role
+from tests.factories import user_with_role
+
+
+def wait_for_heartbeat(nonce: str, timeout: float = 10.0) -> WorkerHeartbeat:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        beat = WorkerHeartbeat.objects.filter(ping_nonce=nonce).first()
+        if beat is not None:
+            return beat
+        time.sleep(0.05)
+    raise AssertionError(f"no worker answered ping {nonce}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_ping_from_the_system_page_runs_in_a_thread_of_this_process(
+    client: Client, settings: Settings
+) -> None:
+    settings.RUN_EXECUTION = "thread"
+    client.force_login(user_with_role(Role.ADMINS))
+
+    response = client.post("/system/ping/", follow=True)
+
+    message = next(iter(response.context["messages"])).message
+    nonce = message.split()[1]
+    beat = wait_for_heartbeat(nonce)
+    assert beat.mode == WorkerHeartbeat.Mode.THREAD
+    assert beat.worker.startswith("threads@")
+
+
+@pytest.mark.django_db
+def test_only_admins_may_ping_workers(client: Client) -> None:
+    client.force_login(user_with_role(Role.COMPLIANCE))
+
+    assert client.post("/system/ping/").status_code == 403
+    assert WorkerHeartbeat.objects.count() == 0

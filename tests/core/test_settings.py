@@ -1,0 +1,157 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from pandaweb.settings import database_from_url, env_bool, env_choice, env_int, redis_url
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_nonsense_database_url_is_one_readable_line() -> None:
+    result = run_manage("check", DATABASE_URL="nonsense")
+
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "pandaweb: configuration error: DATABASE_URL='nonsense' is not a database URL: expected "
+        "postgresql://user:password@host:port/dbname or sqlite:///path/to/db.sqlite3"
+    ]
+    assert "Traceback" not in result.stderr
+
+
+def test_a_wrong_redis_url_is_refused_by_name() -> None:
+    result = run_manage("check", REDIS_URL="http://localhost:6379")
+
+    assert result.returncode == 2
+    assert "REDIS_URL='http://localhost:6379' is not a Redis URL" in result.stderr
+
+
+def test_celery_execution_without_a_broker_is_refused() -> None:
+    result = run_manage("check", PANDAWEB_RUN_EXECUTION="celery")
+
+    assert result.returncode == 2
+    assert "PANDAWEB_RUN_EXECUTION=celery needs REDIS_URL" in result.stderr
+
+
+def test_no_configuration_means_the_embedded_default() -> None:
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.DATABASES['default']['ENGINE'], s.CHANNEL_LAYERS['default']['BACKEND'], "
+        "s.RUN_EXECUTION)"
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "pandaweb.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+    assert result.stdout.split() == [
+        "django.db.backends.sqlite3",
+        "channels.layers.InMemoryChannelLayer",
+        "thread",
+    ]
+
+
+def test_urls_switch_to_postgres_redis_and_celery() -> None:
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.DATABASES['default']['ENGINE'], s.DATABASES['default']['HOST'], "
+        "s.CHANNEL_LAYERS['default']['BACKEND'], s.RUN_EXECUTION, s.CELERY_BROKER_URL)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "pandaweb.settings",
+            "DATABASE_URL": "postgresql://app@db.example.test:5432/pandaweb",
+            "REDIS_URL": "redis://cache.example.test:6379/2",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+    assert result.stdout.split() == [
+        "django.db.backends.postgresql",
+        "db.example.test",
+        "channels_redis.core.RedisChannelLayer",
+        "celery",
+        "redis://cache.example.test:6379/2",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [("1", True), ("yes", True), ("off", False), ("False", False)]
+)
+def test_it_reads_booleans(monkeypatch: pytest.MonkeyPatch, raw: str, expected: bool) -> None:
+    monkeypatch.setenv("PANDAWEB_FLAG", raw)
+
+    assert env_bool("PANDAWEB_FLAG", not expected) is expected
+
+
+def test_it_refuses_a_boolean_it_cannot_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PANDAWEB_FLAG", "maybe")
+
+    with pytest.raises(ImproperlyConfigured, match=r"PANDAWEB_FLAG='maybe' is not a boolean"):
+        env_bool("PANDAWEB_FLAG", False)
+
+
+def test_it_refuses_integers_out_of_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PANDAWEB_THREADS", "0")
+
+    with pytest.raises(ImproperlyConfigured, match="must be at least 1"):
+        env_int("PANDAWEB_THREADS", 4, minimum=1)
+    monkeypatch.setenv("PANDAWEB_THREADS", "four")
+    with pytest.raises(ImproperlyConfigured, match="is not an integer"):
+        env_int("PANDAWEB_THREADS", 4, minimum=1)
+
+
+def test_it_refuses_an_unknown_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PANDAWEB_MODE", "fast")
+
+    with pytest.raises(ImproperlyConfigured, match="must be one of: thread, celery"):
+        env_choice("PANDAWEB_MODE", "thread", ("thread", "celery"))
+
+
+def test_it_parses_a_postgres_url_with_a_connect_timeout() -> None:
+    config = database_from_url("DATABASE_URL", "postgres://u:p@127.0.0.1:5432/db")
+
+    assert config["ENGINE"] == "django.db.backends.postgresql"
+    assert (config["NAME"], config["USER"], config["PORT"]) == ("db", "u", 5432)
+    assert config["OPTIONS"] == {"connect_timeout": 5}
+
+
+def test_it_refuses_a_mysql_url_it_does_not_support() -> None:
+    with pytest.raises(ImproperlyConfigured, match="is not a database URL"):
+        database_from_url("DATABASE_URL", "mysql://u@127.0.0.1/db")
+
+
+def test_an_empty_redis_url_means_no_redis(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", "")
+
+    assert redis_url("REDIS_URL") == ""
