@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from pandaweb import supervisor
 from pandaweb.core.selectors import deployment_summary
+from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
 
 
 class Command(BaseCommand):
@@ -95,7 +96,7 @@ class Command(BaseCommand):
         if not options["no_portal"]:
             lines.append(
                 f"  demo portal: http://127.0.0.1:{options['portal_port']}/ "
-                "(login acme-demo / portal-demo-2026)"
+                f"(login {DEMO_USERNAME} / {DEMO_PASSWORD})"
             )
         logins_file = settings.DATA_DIR / "demo-logins.json"
         if logins_file.exists():

@@ -1,0 +1,461 @@
+"""The Acme Supplier Portal web server (standard library only).
+
+``make_server()`` returns a threaded HTTP server with fresh state; run it with
+``serve_forever()`` and stop it with ``shutdown()`` from another thread. It is meant for loopback:
+the demo login is public.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import re
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.cookies import CookieError, SimpleCookie
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, quote, urlsplit
+
+from pandaweb.demo_portal import lab, pages
+from pandaweb.demo_portal.forms import validate_payment
+from pandaweb.demo_portal.state import CURRENCY, PaymentError, PortalState, User
+
+logger = logging.getLogger(__name__)
+
+SESSION_COOKIE = "acme_session"
+CONSENT_COOKIE = "acme_cookies"
+CONSENT_CHOICES = ("accepted", "rejected")
+PAGE_SIZE = 10
+MAX_BODY_BYTES = 64 * 1024
+HTML = "text/html; charset=utf-8"
+_MONTH = re.compile(r"([0-9]{4})-(0[1-9]|1[0-2])")
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    target: str  # path and query, as a "next" to come back to
+    query: dict[str, str]
+    form: dict[str, str]
+    cookies: dict[str, str]
+    portal_port: int
+    user: User | None = None
+
+
+@dataclass
+class Response:
+    status: HTTPStatus
+    body: bytes
+    content_type: str = HTML
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+View = Callable[[PortalState, Request, re.Match[str]], Response]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    pattern: re.Pattern[str]
+    view: View
+    login_required: bool = True
+
+
+def html(body: str, status: HTTPStatus = HTTPStatus.OK) -> Response:
+    return Response(status, body.encode())
+
+
+def redirect(location: str, *headers: tuple[str, str]) -> Response:
+    return Response(HTTPStatus.SEE_OTHER, b"", headers=[("Location", location), *headers])
+
+
+def json_response(data: object) -> Response:
+    return Response(HTTPStatus.OK, json.dumps(data).encode(), "application/json")
+
+
+def safe_next(value: str) -> str:
+    """A local path to go to after login, never another site (no open redirect)."""
+    if value.startswith("/") and not value.startswith("//") and "\\" not in value:
+        return value
+    return "/"
+
+
+def _user(request: Request) -> User:
+    if request.user is None:  # the router only calls login-required views with a user
+        raise RuntimeError("view needs a signed-in user")
+    return request.user
+
+
+def _banner_next(request: Request) -> str | None:
+    """Where the cookie banner returns to, or None once the visitor has chosen."""
+    return None if request.cookies.get(CONSENT_COOKIE) in CONSENT_CHOICES else request.target
+
+
+# Sign-in
+
+
+def login_form(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    next_path = safe_next(request.query.get("next", "/"))
+    if request.user is not None:
+        return redirect(next_path)
+    return html(pages.login_page(next_path=next_path))
+
+
+def login(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    username = request.form.get("username", "").strip()
+    next_path = safe_next(request.form.get("next", "/"))
+    user = state.authenticate(username, request.form.get("password", ""))
+    if user is None:
+        page = pages.login_page(
+            username=username, next_path=next_path, error="Invalid username or password"
+        )
+        return html(page, HTTPStatus.UNAUTHORIZED)
+    token = state.open_session(user.username)
+    cookie = f"{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Lax"
+    return redirect(next_path, ("Set-Cookie", cookie))
+
+
+def logout(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    token = request.cookies.get(SESSION_COOKIE)
+    if token:
+        state.close_session(token)
+    cookie = f"{SESSION_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax"
+    return redirect("/login", ("Set-Cookie", cookie))
+
+
+def cookie_consent(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    choice = request.form.get("choice", "")
+    if choice not in CONSENT_CHOICES:
+        return html(pages.message_page("Cookies", "Choose Accept or Reject.", user=request.user))
+    cookie = f"{CONSENT_COOKIE}={choice}; Path=/; Max-Age=31536000; SameSite=Lax"
+    return redirect(safe_next(request.form.get("next", "/")), ("Set-Cookie", cookie))
+
+
+# Invoices
+
+
+def dashboard(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    open_invoices = [invoice for invoice in state.invoices() if invoice.status == "open"]
+    page = pages.dashboard_page(
+        _user(request),
+        open_invoices=open_invoices,
+        payment_count=len(state.payments()),
+        currency=CURRENCY,
+        cookie_banner_next=_banner_next(request),
+    )
+    return html(page)
+
+
+def invoice_list(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    listing = _listing(
+        state,
+        month=request.query.get("month", "").strip(),
+        page_text=request.query.get("page", "").strip() or "1",
+    )
+    status = HTTPStatus.BAD_REQUEST if listing.error else HTTPStatus.OK
+    body = pages.invoices_page(_user(request), listing, cookie_banner_next=_banner_next(request))
+    return html(body, status)
+
+
+def _listing(state: PortalState, *, month: str, page_text: str) -> pages.InvoiceListing:
+    months = state.months()
+    if month and not _MONTH.fullmatch(month):
+        return pages.InvoiceListing.failed(months, f"“{month}” is not a month. Use YYYY-MM.")
+    if not page_text.isdigit() or int(page_text) < 1:
+        return pages.InvoiceListing.failed(months, f"“{page_text}” is not a page number.")
+    invoices = state.invoices(month or None)
+    page = int(page_text)
+    page_count = max(1, math.ceil(len(invoices) / PAGE_SIZE))
+    if page > page_count:
+        there = "is 1 page" if page_count == 1 else f"are {page_count} pages"
+        return pages.InvoiceListing.failed(months, f"Page {page} does not exist: there {there}.")
+    start = (page - 1) * PAGE_SIZE
+    return pages.InvoiceListing(
+        months=months,
+        month=month,
+        invoices=invoices[start : start + PAGE_SIZE],
+        page=page,
+        pages=page_count,
+        total=len(invoices),
+        first=start + 1,
+    )
+
+
+def _not_found(request: Request) -> Response:
+    page = pages.message_page(
+        "Page not found", f"There is nothing at {request.path}.", user=request.user
+    )
+    return html(page, HTTPStatus.NOT_FOUND)
+
+
+def invoice_detail(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    invoice = state.invoice(match["number"])
+    if invoice is None:
+        return _not_found(request)
+    payments = [p for p in state.payments() if p.invoice == invoice.number]
+    return html(pages.invoice_page(_user(request), invoice, payments))
+
+
+def invoice_csv(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    invoice = state.invoice(match["number"])
+    if invoice is None:
+        return _not_found(request)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(
+        [
+            "Invoice number",
+            "Issue date",
+            "Due date",
+            "Description",
+            "Quantity",
+            "Unit price",
+            "Line total",
+            "Currency",
+        ]
+    )
+    for line in invoice.lines:
+        writer.writerow(
+            [
+                invoice.number,
+                invoice.issue_date.isoformat(),
+                invoice.due_date.isoformat(),
+                line.description,
+                line.quantity,
+                f"{line.unit_price:.2f}",
+                f"{line.total:.2f}",
+                invoice.currency,
+            ]
+        )
+    disposition = f'attachment; filename="{invoice.number}.csv"'
+    return Response(
+        HTTPStatus.OK,
+        buffer.getvalue().encode(),
+        "text/csv; charset=utf-8",
+        headers=[("Content-Disposition", disposition)],
+    )
+
+
+def pay_form(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    invoice = state.invoice(match["number"])
+    if invoice is None:
+        return _not_found(request)
+    if invoice.status == "paid":
+        return html(pages.already_paid_page(_user(request), invoice))
+    values = {"amount": f"{invoice.amount_due:.2f}", "iban": "", "reference": invoice.number}
+    return html(pages.pay_form_page(_user(request), invoice, values, {}))
+
+
+def review_payment(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    invoice = state.invoice(match["number"])
+    if invoice is None:
+        return _not_found(request)
+    user = _user(request)
+    if invoice.status == "paid":
+        return html(pages.already_paid_page(user, invoice))
+    details, errors = validate_payment(request.form, invoice.amount_due, invoice.currency)
+    if details is None:
+        return html(pages.pay_form_page(user, invoice, request.form, errors))
+    draft = state.create_draft(
+        user.username, invoice.number, details.amount, details.iban, details.reference
+    )
+    return html(pages.confirm_page(user, invoice, draft))
+
+
+def submit_payment(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    user = _user(request)
+    number = match["number"]
+    try:
+        payment = state.submit_draft(request.form.get("token", ""), user.username, number)
+    except PaymentError as error:
+        page = pages.message_page(
+            "Payment not submitted", str(error), user=user, link=f"/invoices/{number}"
+        )
+        return html(page, HTTPStatus.CONFLICT)
+    # Post/redirect/get: reloading the receipt never re-posts the payment.
+    return redirect(f"/receipts/{payment.receipt}")
+
+
+def receipt(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    payment = state.payment(match["receipt"])
+    if payment is None:
+        return _not_found(request)
+    return html(pages.receipt_page(_user(request), payment))
+
+
+# API (no login: tests and the control room check outcomes without going through the robot)
+
+
+def api_payments(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    return json_response([payment.as_json() for payment in state.payments()])
+
+
+def api_reset(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    state.reset()
+    return json_response({"ok": True})
+
+
+# Lab
+
+
+def _lab_view(render: Callable[[User], str]) -> View:
+    def view(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+        return html(render(_user(request)))
+
+    return view
+
+
+def lab_iframe_inner(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    return html(lab.iframe_inner_page())
+
+
+def lab_external(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    return html(lab.external_page(_user(request), request.portal_port))
+
+
+_INVOICE = r"(?P<number>INV-[0-9]{4,6})"
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", re.compile(r"/login"), login_form, login_required=False),
+    Route("POST", re.compile(r"/login"), login, login_required=False),
+    Route("POST", re.compile(r"/logout"), logout, login_required=False),
+    Route("POST", re.compile(r"/cookies"), cookie_consent, login_required=False),
+    Route("GET", re.compile(r"/"), dashboard),
+    Route("GET", re.compile(r"/invoices"), invoice_list),
+    Route("GET", re.compile(rf"/invoices/{_INVOICE}"), invoice_detail),
+    Route("GET", re.compile(rf"/invoices/{_INVOICE}\.csv"), invoice_csv),
+    Route("GET", re.compile(rf"/invoices/{_INVOICE}/pay"), pay_form),
+    Route("POST", re.compile(rf"/invoices/{_INVOICE}/pay"), review_payment),
+    Route("POST", re.compile(rf"/invoices/{_INVOICE}/pay/submit"), submit_payment),
+    Route("GET", re.compile(r"/receipts/(?P<receipt>RCPT-[0-9]{4}-[0-9]{6})"), receipt),
+    Route("GET", re.compile(r"/api/payments"), api_payments, login_required=False),
+    Route("POST", re.compile(r"/api/reset"), api_reset, login_required=False),
+    Route("GET", re.compile(r"/lab/late-content"), _lab_view(lab.late_content_page)),
+    Route("GET", re.compile(r"/lab/modal"), _lab_view(lab.modal_page)),
+    Route("GET", re.compile(r"/lab/iframe"), _lab_view(lab.iframe_page)),
+    Route("GET", re.compile(r"/lab/iframe-inner"), lab_iframe_inner),
+    Route("GET", re.compile(r"/lab/shadow"), _lab_view(lab.shadow_page)),
+    Route("GET", re.compile(r"/lab/dropdown"), _lab_view(lab.dropdown_page)),
+    Route("GET", re.compile(r"/lab/injection"), _lab_view(lab.injection_page)),
+    Route("GET", re.compile(r"/lab/external"), lab_external),
+)
+
+
+def dispatch(state: PortalState, request: Request) -> Response:
+    token = request.cookies.get(SESSION_COOKIE)
+    request.user = state.session_user(token) if token else None
+    path_matches = False
+    for route in ROUTES:
+        match = route.pattern.fullmatch(request.path)
+        if match is None:
+            continue
+        path_matches = True
+        if route.method != request.method:
+            continue
+        if route.login_required and request.user is None:
+            # A POST cannot be replayed after signing in, so it only comes back to the dashboard.
+            target = request.target if request.method == "GET" else "/"
+            return redirect("/login?next=" + quote(target, safe="/"))
+        return route.view(state, request, match)
+    if path_matches:
+        page = pages.message_page(
+            "Method not allowed", f"{request.method} is not supported here.", user=request.user
+        )
+        return html(page, HTTPStatus.METHOD_NOT_ALLOWED)
+    return _not_found(request)
+
+
+class PortalServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], state: PortalState) -> None:
+        # The socket family must be chosen before the base class creates and binds the socket.
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, PortalHandler)
+        self.state = state
+
+
+class PortalHandler(BaseHTTPRequestHandler):
+    server_version = "AcmePortal/1.0"
+    sys_version = ""
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def log_message(self, format: str, *args: object) -> None:
+        logger.info("%s %s", self.address_string(), format % args)
+
+    def _handle(self, method: str) -> None:
+        server = self.server
+        if not isinstance(server, PortalServer):
+            raise TypeError("PortalHandler serves only a PortalServer")
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY_BYTES:
+            page = pages.message_page("Bad request", "The request body is invalid.", user=None)
+            self._send(html(page, HTTPStatus.BAD_REQUEST))
+            return
+        body = self.rfile.read(length)
+        url = urlsplit(self.path)
+        request = Request(
+            method=method,
+            path=url.path,
+            target=url.path + (f"?{url.query}" if url.query else ""),
+            query=_first_values(url.query),
+            form=_first_values(body.decode("utf-8", "replace")) if method == "POST" else {},
+            cookies=_cookies(self.headers.get("Cookie", "")),
+            portal_port=server.server_port,
+        )
+        try:
+            response = dispatch(server.state, request)
+        except Exception:
+            logger.exception("Demo portal failed on %s %s", method, self.path)
+            response = html(
+                pages.message_page("Server error", "Something went wrong.", user=None),
+                HTTPStatus.INTERNAL_SERVER_ERROR,
+            )
+        self._send(response)
+
+    def _send(self, response: Response) -> None:
+        self.send_response(response.status)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Content-Length", str(len(response.body)))
+        # Account pages must not be served from a shared or back/forward cache.
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Frame-Options", "SAMEORIGIN")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "same-origin")
+        for name, value in response.headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(response.body)
+
+
+def _first_values(encoded: str) -> dict[str, str]:
+    return {key: values[0] for key, values in parse_qs(encoded, keep_blank_values=True).items()}
+
+
+def _cookies(header: str) -> dict[str, str]:
+    cookies: SimpleCookie = SimpleCookie()
+    try:
+        cookies.load(header)
+    except CookieError:
+        return {}
+    return {name: morsel.value for name, morsel in cookies.items()}
+
+
+def make_server(host: str = "127.0.0.1", port: int = 8001) -> PortalServer:
+    """A portal with fresh state listening on ``host:port`` (port 0 picks a free port)."""
+    return PortalServer((host, port), PortalState())
