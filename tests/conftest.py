@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+from pytest_django.fixtures import Settings
 
 from pandaweb.browser import HEADLESS_ARGS, find_chromium
 
@@ -32,3 +33,9 @@ def page(browser: Browser) -> Iterator[Page]:
     page.set_default_timeout(10_000)
     yield page
     context.close()
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Settings) -> None:
+    """PBKDF2 is slow on purpose; tests only need hashes that verify."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

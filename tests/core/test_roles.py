@@ -10,7 +10,7 @@ from django.test import Client
 
 from pandaweb.core.roles import DEMO_USERS, ROLE_CAPABILITIES, Capability, Role
 from pandaweb.core.services import demo_users_ensure, roles_sync
-from tests.factories import user_with_role
+from tests.factories import PASSWORD, user_with_role
 
 pytestmark = pytest.mark.django_db
 
@@ -137,6 +137,16 @@ def test_a_wrong_password_shows_an_error_and_no_session(client: Client) -> None:
     assert "_auth_user_id" not in client.session
 
 
+def test_the_right_password_logs_in_through_the_form(client: Client) -> None:
+    user = user_with_role(Role.REVIEWERS, username="rory")
+
+    response = client.post("/login/", {"username": "rory", "password": PASSWORD})
+
+    assert response.status_code == 302
+    assert response["Location"] == "/"
+    assert client.session["_auth_user_id"] == str(user.pk)
+
+
 def test_logout_needs_a_post(client: Client) -> None:
     client.force_login(user_with_role(Role.REVIEWERS))
 
@@ -154,3 +164,16 @@ def test_pages_carry_the_csrf_token_for_htmx(client: Client) -> None:
 
     assert 'hx-headers=\'{"X-CSRFToken": "' in body
     assert "/static/vendor/htmx-2.0.11.min.js" in body
+
+
+def test_repeated_wrong_passwords_lock_the_account_for_that_address(client: Client) -> None:
+    user_with_role(Role.REVIEWERS, username="rory")
+    for _ in range(5):
+        client.post("/login/", {"username": "rory", "password": "wrong"})
+
+    response = client.post("/login/", {"username": "rory", "password": PASSWORD})
+
+    assert response.status_code == 429
+    assert "Too many failed logins" in response.content.decode()
+    assert "15 minutes" in response.content.decode()
+    assert "_auth_user_id" not in client.session
