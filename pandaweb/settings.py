@@ -65,6 +65,16 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+# Run threads and the web server share one file: wait for the write lock instead of failing at
+# once, take it at BEGIN (the audit chain relies on that to serialize writers), and let readers
+# proceed while one writer works.
+SQLITE_OPTIONS = {
+    "timeout": 20,
+    "transaction_mode": "IMMEDIATE",
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
+
+
 def database_from_url(name: str, url: str) -> dict[str, Any]:
     """Parse a database URL, turning the library's varied exceptions into one readable error."""
     scheme = url.split("://", 1)[0] if "://" in url else ""
@@ -77,8 +87,7 @@ def database_from_url(name: str, url: str) -> dict[str, Any]:
         config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
     except Exception as exc:  # the library raises ValueError, KeyError or its own types
         raise ImproperlyConfigured(f"{name}={url!r} could not be parsed: {exc}") from None
-    if scheme != "sqlite":
-        config["OPTIONS"] = {"connect_timeout": 5}
+    config["OPTIONS"] = {"connect_timeout": 5} if scheme != "sqlite" else dict(SQLITE_OPTIONS)
     return dict(config)
 
 
@@ -106,6 +115,36 @@ if not SECRET_KEY:
         key_file.write_text(get_random_secret_key())
         key_file.chmod(0o600)
     SECRET_KEY = key_file.read_text().strip()
+
+
+def credential_keys() -> list[str]:
+    """Fernet keys for credentials, newest first: from the environment, or generated once.
+
+    ``PANDAWEB_CREDENTIAL_KEYS`` is a comma-separated list; the first key encrypts, all decrypt.
+    """
+    from workflows.vault import check_key, generate_key
+
+    keys = env_list("PANDAWEB_CREDENTIAL_KEYS", [])
+    if not keys:
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        key_file = DATA_DIR / "credential_keys"
+        if not key_file.exists():
+            key_file.write_text(generate_key() + "\n")
+            key_file.chmod(0o600)
+        keys = [line.strip() for line in key_file.read_text().splitlines() if line.strip()]
+    for position, key in enumerate(keys, start=1):
+        try:
+            check_key(key)
+        except ValueError as exc:
+            # Name the position, never the key itself.
+            raise ImproperlyConfigured(
+                f"PANDAWEB_CREDENTIAL_KEYS: key {position} is {exc}"
+            ) from None
+    return keys
+
+
+CREDENTIAL_KEYS = credential_keys()
+
 
 ALLOWED_HOSTS = env_list("PANDAWEB_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("PANDAWEB_CSRF_TRUSTED_ORIGINS", [])
@@ -175,13 +214,7 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": DATA_DIR / "pandaweb.sqlite3",
-            # Run threads and the web server share one file: wait for the write lock instead of
-            # failing at once, and let readers proceed while one writer works.
-            "OPTIONS": {
-                "timeout": 20,
-                "transaction_mode": "IMMEDIATE",
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            },
+            "OPTIONS": dict(SQLITE_OPTIONS),
         }
     }
 

@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from pandaweb.core.roles import Role
+from tests.e2e.conftest import Stack
+from tests.e2e.test_dashboard import log_in
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+
+def add_step(page: Page, palette_label: str, fields: dict[str, str]) -> None:
+    page.get_by_role("group", name="Add a step").get_by_role(
+        "link", name=palette_label, exact=True
+    ).click()
+    form = page.locator("form.step-form")
+    expect(form).to_be_visible()
+    for label, value in fields.items():
+        form.get_by_label(label).fill(value)
+    form.get_by_role("button", name="Save step").click()
+    expect(page.locator("form.step-form")).to_have_count(0)
+
+
+def step_sentences(page: Page) -> list[str]:
+    return page.locator("#step-list .sentence").all_inner_texts()
+
+
+def test_an_operator_writes_reorders_publishes_and_compares_a_workflow(
+    page: Page, stack: Stack
+) -> None:
+    log_in(page, stack, Role.OPERATORS)
+    page.goto(f"{stack.url}/workflows/new/")
+    page.get_by_label("Name").fill("Download November invoices")
+    page.get_by_label("Allowed hosts").fill("127.0.0.1:8001")
+    page.get_by_role("button", name="Create").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Download November invoices")
+
+    add_step(page, "Go to a page", {"Address": "http://127.0.0.1:8001/invoices?month=2026-11"})
+    add_step(page, "Click", {"Target": 'button "Submit payment"', "Step id": "pay"})
+    add_step(page, "Screenshot", {"Name": "invoice_list", "Step id": "evidence"})
+    assert step_sentences(page) == [
+        "Go to http://127.0.0.1:8001/invoices?month=2026-11",
+        "Click the button 'Submit payment'",
+        "Take a screenshot 'invoice_list'",
+    ]
+
+    # A bad target is refused in place, and nothing changes.
+    page.locator("#step-1").get_by_role("link", name="Edit").click()
+    form = page.locator("form.step-form")
+    form.get_by_label("Target").fill('buton "Pay"')
+    form.get_by_role("button", name="Save step").click()
+    expect(form.locator(".field-error")).to_contain_text("'buton' is not a role")
+    form.get_by_label("Target").fill('button "Submit payment"')
+    form.get_by_label("Irreversible: wait for a second person's approval before doing this").check()
+    form.get_by_role("button", name="Save step").click()
+    expect(page.locator("#step-list .sentence").nth(1)).to_have_text(
+        "Click the button 'Submit payment' — irreversible"
+    )
+
+    page.get_by_role("button", name="Move evidence up").click()
+    expect(page.locator("#step-list .sentence").nth(1)).to_have_text(
+        "Take a screenshot 'invoice_list'"
+    )
+
+    page.get_by_label("What changed").fill("First version")
+    page.get_by_role("button", name=re.compile("^Publish version")).click()
+    expect(page.locator(".message-success")).to_contain_text("Published version 1.")
+    expect(page.get_by_role("link", name="v1", exact=True)).to_be_visible()
+
+    page.get_by_role("button", name="Duplicate goto-1").click()
+    expect(page.locator("#step-list .step")).to_have_count(4)
+    page.get_by_label("What changed").fill("Second screenshot")
+    page.get_by_role("button", name=re.compile("^Publish version")).click()
+    expect(page.locator(".message-success")).to_contain_text("Published version 2.")
+
+    page.get_by_role("link", name="Compare versions").click()
+    page.get_by_label("From").select_option("1")
+    page.get_by_label("to", exact=True).select_option("2")
+    page.get_by_role("button", name="Compare").click()
+    added = page.locator(".diff-added")
+    expect(added).to_contain_text("Step 'goto-1-copy'")
+    expect(added).to_contain_text("at position 2")
+
+
+def test_a_reviewer_reads_a_workflow_without_edit_controls(page: Page, stack: Stack) -> None:
+    stack.manage("demo_workflow")
+    log_in(page, stack, Role.REVIEWERS)
+
+    page.goto(f"{stack.url}/workflows/acme-pay-invoice/")
+
+    expect(page.locator("#step-list .step-irreversible .sentence")).to_have_text(
+        "Click the button 'Submit payment' — irreversible"
+    )
+    expect(page.get_by_role("group", name="Add a step")).to_have_count(0)
+    expect(page.get_by_role("link", name="Edit")).to_have_count(0)

@@ -1,0 +1,178 @@
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+from pandaweb.audit.models import AuditEvent
+from pandaweb.core.roles import Role
+from tests.factories import user_with_role
+from tests.workflows.conftest import EXAMPLE
+from workflows import services
+from workflows.models import Credential, Workflow
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def workflow(operator: User, acme_credential: Credential) -> Workflow:
+    workflow = services.workflow_import(user=operator, text=EXAMPLE.read_bytes())
+    services.workflow_publish(workflow_id=workflow.pk, user=operator, message="v1")
+    return workflow
+
+
+def client_for(role: Role) -> Client:
+    client = Client()
+    client.force_login(user_with_role(role))
+    return client
+
+
+@pytest.mark.parametrize("role", [Role.REVIEWERS, Role.COMPLIANCE])
+def test_reviewers_and_compliance_read_but_cannot_edit(role: Role, workflow: Workflow) -> None:
+    client = client_for(role)
+    slug = workflow.slug
+    events = AuditEvent.objects.count()
+
+    page = client.get(f"/workflows/{slug}/")
+    assert page.status_code == 200
+    assert "Click the button &#x27;Submit payment&#x27; — irreversible" in page.content.decode()
+    assert "Add a step" not in page.content.decode()
+    assert client.get(f"/workflows/{slug}/versions/1/").status_code == 200
+    assert client.get(f"/workflows/{slug}/diff/").status_code == 200
+    for url in (
+        f"/workflows/{slug}/settings/",
+        f"/workflows/{slug}/steps/add/?type=click",
+        "/workflows/new/",
+        "/workflows/import/",
+    ):
+        assert client.get(url).status_code == 403, url
+    for url in (
+        f"/workflows/{slug}/steps/0/delete/",
+        f"/workflows/{slug}/publish/",
+        f"/workflows/{slug}/archive/",
+    ):
+        assert client.post(url, {"step_id": "open-login", "message": "x"}).status_code == 403, url
+    assert AuditEvent.objects.count() == events
+    assert len(workflow.versions.get(number=1).steps) == 17
+
+
+def test_an_operator_adds_a_step_through_htmx_and_gets_the_draft_back(
+    operator: User, workflow: Workflow
+) -> None:
+    client = Client()
+    client.force_login(operator)
+
+    response = client.post(
+        f"/workflows/{workflow.slug}/steps/add/",
+        {"type": "click", "target": 'link "Invoices"', "id": "to-invoices", "timeout_ms": 10000},
+        HTTP_HX_REQUEST="true",
+    )
+
+    assert response.status_code == 200
+    assert response["HX-Retarget"] == "#draft"
+    assert response["HX-Reswap"] == "outerHTML"
+    assert "Click the link &#x27;Invoices&#x27;" in response.content.decode()
+    draft = workflow.versions.get(status="draft")
+    assert draft.steps[-1] == {
+        "id": "to-invoices",
+        "type": "click",
+        "target": {"role": "link", "name": "Invoices"},
+    }
+
+
+def test_a_bad_step_comes_back_with_errors_in_place(operator: User, workflow: Workflow) -> None:
+    client = Client()
+    client.force_login(operator)
+
+    response = client.post(
+        f"/workflows/{workflow.slug}/steps/add/",
+        {"type": "click", "target": 'buton "Pay"', "id": "open-login", "timeout_ms": 10000},
+        HTTP_HX_REQUEST="true",
+    )
+
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "HX-Retarget" not in response
+    assert "&#x27;buton&#x27; is not a role" in body
+    assert not workflow.versions.filter(status="draft").exists()
+
+
+def test_publishing_from_the_page_needs_a_message(operator: User, workflow: Workflow) -> None:
+    client = Client()
+    client.force_login(operator)
+    services.step_save(
+        workflow_id=workflow.pk, user=operator, data={"id": "extra", "type": "press", "key": "Tab"}
+    )
+
+    refused = client.post(f"/workflows/{workflow.slug}/publish/", {"message": " "}, follow=True)
+    published = client.post(
+        f"/workflows/{workflow.slug}/publish/", {"message": "Press tab"}, follow=True
+    )
+
+    assert "say what changed in this version" in refused.content.decode()
+    assert "Published version 2." in published.content.decode()
+    assert workflow.versions.filter(status="published").count() == 2
+
+
+def test_export_downloads_the_canonical_file(workflow: Workflow) -> None:
+    client = client_for(Role.COMPLIANCE)
+
+    response = client.get(f"/workflows/{workflow.slug}/versions/1/export.yaml")
+
+    assert response["Content-Disposition"] == 'attachment; filename="acme-pay-invoice-v1.yaml"'
+    assert response.content.decode().startswith("pandaweb: 1\nname: Pay an Acme invoice\n")
+    assert AuditEvent.objects.filter(action="workflow.exported").count() == 1
+
+
+def test_import_page_lists_every_problem_and_saves_nothing(operator: User) -> None:
+    client = Client()
+    client.force_login(operator)
+    upload = SimpleUploadedFile("w.yaml", EXAMPLE.read_bytes())
+
+    response = client.post("/workflows/import/", {"file": upload})
+
+    assert response.status_code == 200
+    assert "Nothing was imported." in response.content.decode()
+    assert "there is no credential named &#x27;acme-portal&#x27;" in response.content.decode()
+    assert not Workflow.objects.exists()
+
+
+def test_the_diff_page_shows_changes_field_by_field(operator: User, workflow: Workflow) -> None:
+    services.step_save(
+        workflow_id=workflow.pk,
+        user=operator,
+        index=0,
+        data={"id": "open-login", "type": "goto", "url": "http://127.0.0.1:8001/login?lang=en"},
+    )
+    client = client_for(Role.REVIEWERS)
+
+    body = client.get(f"/workflows/{workflow.slug}/diff/?from=1&to=draft").content.decode()
+
+    assert "Step &#x27;open-login&#x27;" in body
+    assert "http://127.0.0.1:8001/login?lang=en" in body
+
+
+def test_credential_values_are_never_rendered(operator: User, acme_credential: Credential) -> None:
+    client = Client()
+    client.force_login(operator)
+
+    listing = client.get("/workflows/credentials/").content.decode()
+    refused = client.post(
+        "/workflows/credentials/new/",
+        {
+            "name": "acme-portal",
+            "kind": "username_password",
+            "username": "u",
+            "password": "hunter2-secret",
+        },
+    ).content.decode()
+    replace_page = client.get(
+        f"/workflows/credentials/{acme_credential.pk}/replace/"
+    ).content.decode()
+
+    assert "acme-portal" in listing
+    assert "portal-demo-2026" not in listing + replace_page
+    assert "a credential named &#x27;acme-portal&#x27; exists" in refused
+    assert "hunter2-secret" not in refused
+    assert 'name="seed"' not in replace_page

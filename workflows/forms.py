@@ -1,0 +1,421 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib.auth.models import Group
+from django.utils.text import slugify
+
+from workflows.editor_syntax import (
+    format_check,
+    format_extract_field,
+    parse_check,
+    parse_extract_field,
+    parse_lines,
+)
+from workflows.models import Credential
+from workflows.schema import (
+    CHECK_ADAPTER,
+    STEP_TYPES,
+    ExtractField,
+    Target,
+)
+
+TARGET_HELP = (
+    'How a person finds it on the page: button "Submit payment", link "Invoices", '
+    'label Username, placeholder Search, text "Welcome", testid pay-btn, or css "#total" '
+    "as a last resort. Options: exact, nth=N (0 = first), frame=SELECTOR."
+)
+
+
+def lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+class WorkflowCreateForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    slug = forms.SlugField(
+        max_length=63,
+        required=False,
+        help_text="Used in addresses and files; from the name if empty.",
+    )
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
+    reviewer_group = forms.ModelChoiceField(
+        queryset=Group.objects.order_by("name"), empty_label=None
+    )
+    allowed_hosts = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text="One per line: portal.example.com, *.example.com, 127.0.0.1:8001. "
+        "Everything else is blocked.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        reviewers = Group.objects.filter(name="Reviewers").first()
+        if reviewers is not None:
+            self.fields["reviewer_group"].initial = reviewers.pk
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not data.get("slug") and data.get("name"):
+            data["slug"] = slugify(data["name"])[:63]
+            if not data["slug"]:
+                self.add_error("slug", "give a slug made of letters, digits and dashes")
+        return data
+
+
+class WorkflowSettingsForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
+    reviewer_group = forms.ModelChoiceField(
+        queryset=Group.objects.order_by("name"), empty_label=None
+    )
+    allowed_hosts = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One per line: portal.example.com, *.example.com (subdomains only), "
+        "127.0.0.1:8001. The browser can reach nothing else.",
+    )
+    step_budget = forms.IntegerField(
+        min_value=1, max_value=1000, help_text="Most steps a run may execute."
+    )
+    run_ttl_minutes = forms.IntegerField(
+        min_value=1, max_value=240, label="Run time limit (minutes)"
+    )
+    approval_quorum = forms.IntegerField(
+        min_value=1, max_value=5, label="Approvals needed", help_text="Distinct people."
+    )
+    approval_expiry_minutes = forms.IntegerField(
+        min_value=1, max_value=7 * 24 * 60, label="Approval expires after (minutes)"
+    )
+    author_may_approve = forms.BooleanField(
+        required=False, label="The version's author may approve its irreversible steps"
+    )
+    credentials = forms.ModelMultipleChoiceField(
+        queryset=Credential.objects.order_by("name"),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="The credentials this workflow's steps may use.",
+    )
+
+
+class StepForm(forms.Form):
+    """The fields of one step type; ``to_data`` gives the step as the file format has it."""
+
+    FIELDS: dict[str, tuple[str, ...]] = {
+        "goto": ("url",),
+        "click": ("target",),
+        "fill": ("target", "value"),
+        "select": ("target", "option"),
+        "check": ("target",),
+        "uncheck": ("target",),
+        "press": ("key", "target_optional"),
+        "wait_for": ("condition", "target_optional", "url", "text"),
+        "extract": ("fields_text",),
+        "assert": ("checks_text",),
+        "screenshot": ("name", "full_page"),
+        "download": ("target", "name"),
+        "login": ("credential", "username_target", "password_target", "submit_target"),
+    }
+    # pydantic's field names → this form's
+    SCHEMA_FIELDS = {
+        "fields": "fields_text",
+        "checks": "checks_text",
+        "username": "username_target",
+        "password": "password_target",
+        "submit": "submit_target",
+    }
+
+    id = forms.RegexField(
+        regex=r"^[a-z0-9][a-z0-9-]{0,62}$",
+        label="Step id",
+        error_messages={"invalid": "lowercase letters, digits and dashes, e.g. submit-payment"},
+    )
+    description = forms.CharField(max_length=500, required=False)
+    irreversible = forms.BooleanField(
+        required=False,
+        label="Irreversible: wait for a second person's approval before doing this",
+    )
+    timeout_ms = forms.IntegerField(
+        min_value=100, max_value=300_000, initial=10_000, label="Timeout (ms)"
+    )
+    url = forms.CharField(
+        max_length=2000,
+        required=False,
+        label="Address",
+        help_text="May use {{ params.name }} in the path and query.",
+    )
+    target = forms.CharField(max_length=1000, required=False, help_text=TARGET_HELP)
+    target_optional = forms.CharField(
+        max_length=1000, required=False, label="Target", help_text=TARGET_HELP
+    )
+    value = forms.CharField(
+        max_length=5000,
+        required=False,
+        help_text="Text to type; may use {{ params.x }}, {{ outputs.x }} or "
+        "{{ secrets.credential.password }}.",
+    )
+    option = forms.CharField(max_length=300, required=False, help_text="The option's visible text.")
+    key = forms.CharField(
+        max_length=50, required=False, help_text="Enter, Tab, Escape, Control+A …"
+    )
+    condition = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("visible", "the target is visible"),
+            ("hidden", "the target is hidden"),
+            ("url", "the address matches"),
+            ("text", "the page shows a text"),
+            ("network_idle", "the network is idle"),
+        ],
+        label="Wait until",
+    )
+    text = forms.CharField(max_length=500, required=False)
+    fields_text = forms.CharField(
+        required=False,
+        label="Fields",
+        widget=forms.Textarea(attrs={"rows": 4, "class": "mono"}),
+        help_text="One per line: total = money of testid amount-due · link = attribute href of "
+        'link "Download" · rows = rows of css "tbody tr" with number: css td.number',
+    )
+    checks_text = forms.CharField(
+        required=False,
+        label="Checks",
+        widget=forms.Textarea(attrs={"rows": 4, "class": "mono"}),
+        help_text='One per line: page shows "Paid" · page does not show "Error" · address matches '
+        '**/receipts/* · count of css "tbody tr" >= 1 · outputs.total == params.amount',
+    )
+    name = forms.CharField(max_length=63, required=False, help_text="e.g. invoice_pdf")
+    full_page = forms.BooleanField(required=False, label="Whole page, not just the visible part")
+    credential = forms.ModelChoiceField(
+        queryset=Credential.objects.filter(kind=Credential.Kind.USERNAME_PASSWORD),
+        to_field_name="name",
+        required=False,
+        help_text="Its username and password are typed by code and never shown.",
+    )
+    username_target = forms.CharField(
+        max_length=1000, required=False, label="Username field", initial="label Username"
+    )
+    password_target = forms.CharField(
+        max_length=1000, required=False, label="Password field", initial="label Password"
+    )
+    submit_target = forms.CharField(
+        max_length=1000, required=False, label="Submit button", initial='button "Log in"'
+    )
+
+    def __init__(self, *args: Any, step_type: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if step_type not in STEP_TYPES:
+            raise ValueError(f"unknown step type {step_type!r}")
+        self.step_type = step_type
+        keep = [*self.FIELDS[step_type], "id", "description", "timeout_ms", "irreversible"]
+        for field in list(self.fields):
+            if field not in keep:
+                del self.fields[field]
+        # What the step does first; its id, note and limits after.
+        self.order_fields(keep)
+
+    @classmethod
+    def initial_from_step(cls, step: dict[str, Any]) -> dict[str, Any]:
+        initial: dict[str, Any] = {k: v for k, v in step.items() if not isinstance(v, dict | list)}
+        for key, field in (
+            ("target", "target"),
+            ("username", "username_target"),
+            ("password", "password_target"),
+            ("submit", "submit_target"),
+        ):
+            if key in step:
+                initial[field] = Target.model_validate(step[key]).to_compact()
+        if step.get("type") in ("press", "wait_for") and "target" in step:
+            initial["target_optional"] = initial.pop("target")
+        if step.get("type") == "wait_for":
+            if "target" in step:
+                initial["condition"] = step.get("state", "visible")
+            else:
+                initial["condition"] = next(
+                    (c for c in ("url", "text", "network_idle") if step.get(c)), "visible"
+                )
+        if "fields" in step:
+            initial["fields_text"] = "\n".join(
+                format_extract_field(ExtractField.model_validate(f)) for f in step["fields"]
+            )
+        if "checks" in step:
+            initial["checks_text"] = "\n".join(
+                format_check(CHECK_ADAPTER.validate_python(c)) for c in step["checks"]
+            )
+        return initial
+
+    def to_data(self) -> dict[str, Any] | None:
+        """The step as a dict for the schema, or None with errors added to the form."""
+        cleaned = self.cleaned_data
+        data: dict[str, Any] = {"id": cleaned["id"], "type": self.step_type}
+        for common in ("description", "irreversible", "timeout_ms"):
+            if cleaned.get(common) not in (None, ""):
+                data[common] = cleaned[common]
+        for field in self.FIELDS[self.step_type]:
+            value = cleaned.get(field)
+            if field in (
+                "target",
+                "target_optional",
+                "username_target",
+                "password_target",
+                "submit_target",
+            ):
+                if value:
+                    key = {
+                        "target_optional": "target",
+                        "username_target": "username",
+                        "password_target": "password",
+                        "submit_target": "submit",
+                    }.get(field, field)
+                    try:
+                        data[key] = Target.from_compact(value).model_dump(exclude_defaults=True)
+                    except ValueError as exc:
+                        self.add_error(field, _plain(exc))
+                elif field != "target_optional":
+                    data[field.removesuffix("_target")] = None
+            elif field == "fields_text":
+                data["fields"] = self._lines(field, value or "", parse_extract_field)
+            elif field == "checks_text":
+                data["checks"] = self._lines(field, value or "", parse_check)
+            elif field == "condition":
+                condition = value or "visible"
+                if condition in ("visible", "hidden"):
+                    data["state"] = condition
+                elif condition == "network_idle":
+                    data["network_idle"] = True
+            elif field == "credential":
+                data["credential"] = value.name if value else None
+            elif field in ("url", "text") and self.step_type == "wait_for":
+                if cleaned.get("condition") == field:
+                    data[field] = value or None
+            elif field == "full_page":
+                if value:
+                    data[field] = True
+            else:
+                data[field] = value
+        if self.step_type == "wait_for" and cleaned.get("condition") not in ("visible", "hidden"):
+            data.pop("target", None)
+        return None if self.errors else data
+
+    def _lines(self, field: str, text: str, parse: Any) -> list[dict[str, Any]]:
+        items, errors = parse_lines(text, parse)
+        for error in errors:
+            self.add_error(field, error)
+        return items
+
+    def add_schema_errors(self, errors: dict[str, list[str]]) -> None:
+        for field, messages in errors.items():
+            name = self.SCHEMA_FIELDS.get(field, field)
+            if name == "target" and "target" not in self.fields:
+                name = "target_optional"
+            for message in messages:
+                self.add_error(name if name in self.fields else None, message)
+
+
+def _plain(exc: Exception) -> str:
+    text = str(exc)
+    return (
+        text.split("\n  ", 1)[-1].removeprefix("Value error, ")
+        if "validation error" in text
+        else text
+    )
+
+
+class ParameterForm(forms.Form):
+    name = forms.RegexField(
+        regex=r"^[a-z][a-z0-9_]{0,62}$",
+        error_messages={"invalid": "lowercase letters, digits and _, e.g. invoice_number"},
+    )
+    type = forms.ChoiceField(
+        choices=[(t, t) for t in ("string", "number", "money", "date", "enum", "boolean")]
+    )
+    label = forms.CharField(max_length=200, required=False)
+    help = forms.CharField(max_length=500, required=False)
+    required = forms.BooleanField(required=False, initial=True)
+    default = forms.CharField(max_length=500, required=False)
+    min_length = forms.IntegerField(min_value=0, required=False)
+    max_length = forms.IntegerField(min_value=1, required=False)
+    pattern = forms.CharField(
+        max_length=500, required=False, help_text="A regular expression the whole value must match."
+    )
+    minimum = forms.CharField(max_length=50, required=False)
+    maximum = forms.CharField(max_length=50, required=False)
+    currency = forms.CharField(max_length=3, required=False, help_text="For money: EUR, USD …")
+    choices = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text="For enum: one choice per line.",
+    )
+
+    def to_data(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
+        data["required"] = bool(self.cleaned_data.get("required"))
+        if "choices" in data:
+            data["choices"] = lines(data["choices"])
+        if "currency" in data:
+            data["currency"] = data["currency"].upper()
+        return data
+
+    @classmethod
+    def initial_from(cls, parameter: dict[str, Any]) -> dict[str, Any]:
+        initial = {"required": True, **parameter}
+        if "choices" in initial:
+            initial["choices"] = "\n".join(initial["choices"])
+        return initial
+
+
+class ImportForm(forms.Form):
+    file = forms.FileField(
+        help_text="A pandaweb workflow file (.yaml, .yml or .json), at most 1 MB."
+    )
+
+
+class CredentialForm(forms.Form):
+    """Write-only: the secret fields are never rendered back (``render_value=False``)."""
+
+    name = forms.SlugField(max_length=63)
+    kind = forms.ChoiceField(choices=Credential.Kind.choices)
+    description = forms.CharField(max_length=500, required=False)
+    username = forms.CharField(
+        max_length=300, required=False, widget=forms.TextInput(attrs={"autocomplete": "off"})
+    )
+    password = forms.CharField(
+        max_length=1000,
+        required=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+    )
+    seed = forms.CharField(
+        max_length=200,
+        required=False,
+        label="TOTP seed",
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+    )
+    token = forms.CharField(
+        max_length=4000,
+        required=False,
+        label="API token",
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+    )
+
+    SECRET_FIELDS = ("username", "password", "seed", "token")
+
+    def secret_values(self) -> dict[str, str]:
+        return {f: self.cleaned_data.get(f) or "" for f in self.SECRET_FIELDS}
+
+
+class CredentialValueForm(CredentialForm):
+    """Replace a credential's value: only the secret fields of its kind."""
+
+    KIND_FIELDS = {
+        Credential.Kind.USERNAME_PASSWORD: ("username", "password"),
+        Credential.Kind.TOTP: ("seed",),
+        Credential.Kind.API_TOKEN: ("token",),
+    }
+
+    def __init__(self, *args: Any, kind: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        keep = self.KIND_FIELDS[Credential.Kind(kind)]
+        for field in list(self.fields):
+            if field not in keep:
+                del self.fields[field]

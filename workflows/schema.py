@@ -1,0 +1,874 @@
+"""The workflow file format: typed steps, parameters and settings (no Django imports).
+
+Everything a run will do is described here and validated strictly: unknown fields are errors,
+every step type has its own model, and cross-step rules (references to parameters, credentials
+and extracted outputs, hosts outside the allowlist, duplicate ids) are checked on the whole
+document by :func:`document_problems`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from datetime import date
+from decimal import Decimal, InvalidOperation
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+
+from workflows.hosts import HostPatternError, host_allowed, parse_host_pattern
+
+FORMAT_VERSION: Literal[1] = 1
+
+IDENTIFIER = r"^[a-z][a-z0-9_]{0,62}$"
+STEP_ID = r"^[a-z0-9][a-z0-9-]{0,62}$"
+
+# The ARIA roles people target in portals; an unknown role is almost always a typo.
+ARIA_ROLES = (
+    "alert", "button", "cell", "checkbox", "columnheader", "combobox", "dialog", "gridcell",
+    "heading", "img", "link", "listbox", "listitem", "menu", "menuitem", "navigation", "option",
+    "radio", "region", "row", "rowheader", "searchbox", "slider", "spinbutton", "switch", "tab",
+    "table", "tabpanel", "textbox", "tree", "treeitem",
+)  # fmt: skip
+AriaRole = Literal[ARIA_ROLES]  # type: ignore[valid-type]
+
+LOCATOR_KINDS = ("role", "label", "placeholder", "text", "test_id", "css")
+_KIND_WORDS = {"label": "label", "placeholder": "placeholder", "text": "text", "testid": "test_id"}
+
+# Words that mark an action people cannot take back; a click on such a target that is not marked
+# irreversible is flagged in the editor and at publish.
+IRREVERSIBLE_WORDS = re.compile(
+    r"\b(pay|submit|confirm|delete|remove|transfer|send|approve|purchase|buy|sign|wire|refund)\b",
+    re.IGNORECASE,
+)
+
+KEY_NAME = re.compile(
+    r"^((Control|Shift|Alt|Meta)\+)*"
+    r"(Enter|Tab|Escape|Backspace|Delete|Space|Home|End|PageUp|PageDown|Insert|"
+    r"ArrowUp|ArrowDown|ArrowLeft|ArrowRight|F([1-9]|1[0-2])|[A-Za-z0-9])$"
+)
+
+TEMPLATE = re.compile(r"\{\{\s*(?P<ref>[^{}]*?)\s*\}\}")
+REFERENCE = re.compile(
+    r"^(?P<ns>params|secrets|outputs)\.(?P<name>[a-z][a-z0-9_-]*)(?:\.(?P<field>[a-z_]+))?$"
+)
+
+CREDENTIAL_FIELDS: dict[str, tuple[str, ...]] = {
+    "username_password": ("username", "password"),
+    "totp": ("code",),
+    "api_token": ("token",),
+}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+class Target(Strict):
+    """An element, written the way people read a page."""
+
+    role: AriaRole | None = None
+    name: str | None = None
+    label: str | None = None
+    placeholder: str | None = None
+    text: str | None = None
+    test_id: str | None = None
+    css: str | None = None
+    exact: bool = False
+    nth: int | None = Field(default=None, ge=0, le=999)
+    frame: list[Annotated[str, Field(min_length=1, max_length=300)]] = Field(
+        default_factory=list, max_length=5
+    )
+
+    @model_validator(mode="after")
+    def _one_locator(self) -> Target:
+        given = [kind for kind in LOCATOR_KINDS if getattr(self, kind) not in (None, "")]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of role, label, placeholder, text, test_id or css"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        if self.name is not None and self.role is None:
+            raise ValueError("'name' goes with 'role' (e.g. role: button, name: Submit payment)")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(kind for kind in LOCATOR_KINDS if getattr(self, kind) not in (None, ""))
+
+    @property
+    def readable_name(self) -> str:
+        """The words a person would see on the page for this element ('' for bare CSS)."""
+        if self.role:
+            return self.name or ""
+        return str(getattr(self, self.kind)) if self.kind != "css" else ""
+
+    def describe(self) -> str:
+        if self.role:
+            text = f"the {self.role} '{self.name}'" if self.name else f"the {self.role}"
+        elif self.kind == "css":
+            text = f"the element matching {self.css}"
+        elif self.kind == "test_id":
+            text = f"the element with test id '{self.test_id}'"
+        elif self.kind == "label":
+            text = f"the field labelled '{self.label}'"
+        elif self.kind == "placeholder":
+            text = f"the field with placeholder '{self.placeholder}'"
+        else:
+            text = f"the text '{self.text}'"
+        if self.nth is not None:
+            text += f" (match #{self.nth + 1})"
+        if self.frame:
+            text += " in frame " + " › ".join(self.frame)
+        return text
+
+    def to_compact(self) -> str:
+        """The one-line form used in the editor, e.g. ``button "Submit payment" exact``."""
+        kind = self.kind
+        word = self.role if kind == "role" else {"test_id": "testid"}.get(kind, kind)
+        value = self.name if kind == "role" else getattr(self, kind)
+        parts = [str(word)]
+        if value:
+            parts.append(shlex.quote(str(value)) if _needs_quotes(str(value)) else str(value))
+        if self.exact:
+            parts.append("exact")
+        if self.nth is not None:
+            parts.append(f"nth={self.nth}")
+        parts += [f"frame={shlex.quote(f)}" for f in self.frame]
+        return " ".join(parts)
+
+    @classmethod
+    def from_compact(cls, text: str) -> Target:
+        """Parse the editor's one-line form; raises ValueError with a readable message."""
+        try:
+            tokens = shlex.split(text)
+        except ValueError as exc:
+            raise ValueError(f"cannot read the target: {exc}") from None
+        if not tokens:
+            raise ValueError("the target is empty")
+        head, rest = tokens[0].lower(), tokens[1:]
+        data: dict[str, Any] = {}
+        value = rest.pop(0) if rest and not _is_option(rest[0]) else None
+        if head == "css":
+            data["css"] = value
+        elif head in _KIND_WORDS:
+            data[_KIND_WORDS[head]] = value
+        elif head in ARIA_ROLES:
+            data["role"] = head
+            if value is not None:
+                data["name"] = value
+        else:
+            raise ValueError(
+                f"'{tokens[0]}' is not a role or one of label, placeholder, text, testid, css "
+                '(examples: button "Submit payment", label Username, css "#total")'
+            )
+        if head != "css" and head not in ARIA_ROLES and value is None:
+            raise ValueError(f'say which {head}, e.g. {head} "Username"')
+        frames: list[str] = []
+        for option in rest:
+            if option == "exact":
+                data["exact"] = True
+            elif option.startswith("nth="):
+                data["nth"] = option[4:]
+            elif option.startswith("frame="):
+                frames.append(option[6:])
+            else:
+                raise ValueError(f"unknown option '{option}' (use exact, nth=N or frame=SELECTOR)")
+        if frames:
+            data["frame"] = frames
+        return cls.model_validate(data)
+
+
+def _needs_quotes(value: str) -> bool:
+    return not re.fullmatch(r"[\w.#\-]+", value) or _is_option(value)
+
+
+def _is_option(token: str) -> bool:
+    return token == "exact" or token.startswith(("nth=", "frame="))  # noqa: S105
+
+
+# Steps ------------------------------------------------------------------------------------------
+
+
+class StepBase(Strict):
+    id: str = Field(pattern=STEP_ID, description="unique within the workflow, e.g. open-login")
+    description: str = Field(default="", max_length=500)
+    irreversible: bool = False
+    timeout_ms: int = Field(default=10_000, ge=100, le=300_000)
+
+    def targets(self) -> list[Target]:
+        return [v for v in self.__dict__.values() if isinstance(v, Target)]
+
+    def templates(self) -> list[tuple[str, str]]:
+        """(field, text) pairs whose text may contain ``{{ … }}`` references."""
+        return []
+
+
+class GotoStep(StepBase):
+    type: Literal["goto"]
+    url: str = Field(min_length=1, max_length=2000)
+
+    def templates(self) -> list[tuple[str, str]]:
+        return [("url", self.url)]
+
+
+class ClickStep(StepBase):
+    type: Literal["click"]
+    target: Target
+
+
+class FillStep(StepBase):
+    type: Literal["fill"]
+    target: Target
+    value: str = Field(max_length=5000)
+
+    def templates(self) -> list[tuple[str, str]]:
+        return [("value", self.value)]
+
+
+class SelectStep(StepBase):
+    type: Literal["select"]
+    target: Target
+    option: str = Field(min_length=1, max_length=300)
+
+    def templates(self) -> list[tuple[str, str]]:
+        return [("option", self.option)]
+
+
+class CheckStep(StepBase):
+    type: Literal["check"]
+    target: Target
+
+
+class UncheckStep(StepBase):
+    type: Literal["uncheck"]
+    target: Target
+
+
+class PressStep(StepBase):
+    type: Literal["press"]
+    key: str
+    target: Target | None = None
+
+    @field_validator("key")
+    @classmethod
+    def _known_key(cls, key: str) -> str:
+        if not KEY_NAME.match(key):
+            raise ValueError(
+                f"'{key}' is not a key name (examples: Enter, Tab, Escape, ArrowDown, Control+A)"
+            )
+        return key
+
+
+class WaitForStep(StepBase):
+    type: Literal["wait_for"]
+    target: Target | None = None
+    state: Literal["visible", "hidden"] = "visible"
+    url: str | None = Field(default=None, min_length=1, max_length=2000)
+    text: str | None = Field(default=None, min_length=1, max_length=500)
+    network_idle: bool = False
+
+    @model_validator(mode="after")
+    def _one_condition(self) -> WaitForStep:
+        given = [
+            name
+            for name, present in (
+                ("target", self.target is not None),
+                ("url", self.url is not None),
+                ("text", self.text is not None),
+                ("network_idle", self.network_idle),
+            )
+            if present
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "wait for exactly one of: target (with state), url, text, network_idle"
+            )
+        return self
+
+    def templates(self) -> list[tuple[str, str]]:
+        return [(name, value) for name, value in (("url", self.url), ("text", self.text)) if value]
+
+
+class ExtractField(Strict):
+    name: str = Field(pattern=IDENTIFIER)
+    kind: Literal["text", "number", "money", "date", "attribute", "rows"]
+    target: Target
+    attribute: str | None = Field(default=None, pattern=r"^[a-zA-Z_:][\w:.-]*$")
+    date_format: str | None = Field(default=None, max_length=50)
+    columns: dict[Annotated[str, Field(pattern=IDENTIFIER)], Target] | None = None
+
+    @model_validator(mode="after")
+    def _options_fit_kind(self) -> ExtractField:
+        if (self.kind == "attribute") != (self.attribute is not None):
+            raise ValueError("'attribute' is required for kind attribute and only there")
+        if (self.kind == "rows") != bool(self.columns):
+            raise ValueError(
+                "kind rows needs 'columns' (name → target inside each row), and only rows has them"
+            )
+        if self.date_format is not None and self.kind != "date":
+            raise ValueError("'date_format' only applies to kind date")
+        return self
+
+
+class ExtractStep(StepBase):
+    type: Literal["extract"]
+    fields: list[ExtractField] = Field(min_length=1, max_length=50)
+
+    def targets(self) -> list[Target]:
+        return [f.target for f in self.fields]
+
+
+CompareOp = Literal["==", "!=", "<", "<=", ">", ">=", "contains"]
+
+
+class TextCheck(Strict):
+    kind: Literal["text_present", "text_absent"]
+    text: str = Field(min_length=1, max_length=500)
+
+
+class UrlCheck(Strict):
+    kind: Literal["url_matches"]
+    pattern: str = Field(min_length=1, max_length=2000)
+
+
+class CountCheck(Strict):
+    kind: Literal["element_count"]
+    target: Target
+    op: CompareOp = "=="
+    count: int = Field(ge=0, le=10_000)
+
+
+class CompareCheck(Strict):
+    kind: Literal["compare"]
+    left: str = Field(min_length=1, max_length=200)
+    op: CompareOp
+    right: str = Field(min_length=1, max_length=200)
+
+
+Check = Annotated[TextCheck | UrlCheck | CountCheck | CompareCheck, Field(discriminator="kind")]
+CHECK_ADAPTER: TypeAdapter[Any] = TypeAdapter(Check)
+
+
+class AssertStep(StepBase):
+    type: Literal["assert"]
+    checks: list[Check] = Field(min_length=1, max_length=50)
+
+    def targets(self) -> list[Target]:
+        return [c.target for c in self.checks if isinstance(c, CountCheck)]
+
+
+class ScreenshotStep(StepBase):
+    type: Literal["screenshot"]
+    name: str = Field(pattern=IDENTIFIER)
+    full_page: bool = False
+
+
+class DownloadStep(StepBase):
+    type: Literal["download"]
+    target: Target
+    name: str = Field(pattern=IDENTIFIER)
+
+
+class LoginStep(StepBase):
+    type: Literal["login"]
+    credential: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    username: Target
+    password: Target
+    submit: Target
+
+
+Step = Annotated[
+    GotoStep
+    | ClickStep
+    | FillStep
+    | SelectStep
+    | CheckStep
+    | UncheckStep
+    | PressStep
+    | WaitForStep
+    | ExtractStep
+    | AssertStep
+    | ScreenshotStep
+    | DownloadStep
+    | LoginStep,
+    Field(discriminator="type"),
+]
+STEP_ADAPTER: TypeAdapter[Step] = TypeAdapter(Step)
+STEP_TYPES: tuple[str, ...] = (
+    "goto", "click", "fill", "select", "check", "uncheck", "press", "wait_for", "extract",
+    "assert", "screenshot", "download", "login",
+)  # fmt: skip
+
+
+# Parameters -------------------------------------------------------------------------------------
+
+
+class Parameter(Strict):
+    name: str = Field(pattern=IDENTIFIER)
+    type: Literal["string", "number", "money", "date", "enum", "boolean"]
+    label: str = Field(default="", max_length=200)
+    help: str = Field(default="", max_length=500)
+    required: bool = True
+    default: str | None = Field(default=None, max_length=500)
+    min_length: int | None = Field(default=None, ge=0)
+    max_length: int | None = Field(default=None, ge=1, le=10_000)
+    pattern: str | None = Field(default=None, max_length=500)
+    minimum: str | None = None
+    maximum: str | None = None
+    currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$")
+    choices: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = None
+
+    @model_validator(mode="after")
+    def _options_fit_type(self) -> Parameter:
+        allowed = {
+            "string": {"min_length", "max_length", "pattern"},
+            "number": {"minimum", "maximum"},
+            "money": {"minimum", "maximum", "currency"},
+            "date": {"minimum", "maximum"},
+            "enum": {"choices"},
+            "boolean": set(),
+        }[self.type]
+        options = (
+            "min_length",
+            "max_length",
+            "pattern",
+            "minimum",
+            "maximum",
+            "currency",
+            "choices",
+        )
+        for option in options:
+            if getattr(self, option) is not None and option not in allowed:
+                raise ValueError(f"'{option}' does not apply to a {self.type} parameter")
+        if self.type == "money" and self.currency is None:
+            raise ValueError("a money parameter needs a currency, e.g. currency: EUR")
+        if self.type == "enum" and not self.choices:
+            raise ValueError("an enum parameter needs a list of choices")
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"'pattern' is not a regular expression: {exc}") from None
+        for bound in ("minimum", "maximum"):
+            value = getattr(self, bound)
+            if value is not None:
+                self._convert(value, f"'{bound}'")
+        if self.default is not None:
+            self.coerce(self.default)
+        return self
+
+    def coerce(self, raw: Any) -> Any:
+        """Turn a launch value into its typed form, or raise ValueError saying why not."""
+        if raw is None or (isinstance(raw, str) and raw.strip() == ""):
+            if self.default is not None:
+                raw = self.default
+            elif self.required:
+                raise ValueError("is required")
+            else:
+                return None
+        if self.type == "boolean":
+            return _coerce_bool(raw)
+        text = str(raw).strip()
+        if self.type == "string":
+            if self.min_length is not None and len(text) < self.min_length:
+                raise ValueError(f"must be at least {self.min_length} characters")
+            if self.max_length is not None and len(text) > self.max_length:
+                raise ValueError(f"must be at most {self.max_length} characters")
+            if self.pattern is not None and not re.fullmatch(self.pattern, text):
+                raise ValueError(f"must match the pattern {self.pattern}")
+            return text
+        if self.type == "enum":
+            if text not in (self.choices or []):
+                raise ValueError(f"must be one of: {', '.join(self.choices or [])}")
+            return text
+        value = self._convert(text, "the value")
+        if self.minimum is not None and value < self._convert(self.minimum, "minimum"):
+            raise ValueError(f"must be at least {self.minimum}")
+        if self.maximum is not None and value > self._convert(self.maximum, "maximum"):
+            raise ValueError(f"must be at most {self.maximum}")
+        return value
+
+    def _convert(self, text: str, what: str) -> Any:
+        if self.type == "date":
+            try:
+                return date.fromisoformat(text)
+            except ValueError:
+                raise ValueError(f"{what} must be a date like 2026-11-30") from None
+        try:
+            number = Decimal(text.replace(",", "") if self.type == "money" else text)
+        except InvalidOperation:
+            raise ValueError(f"{what} must be a number, not '{text}'") from None
+        if not number.is_finite():
+            raise ValueError(f"{what} must be a finite number")
+        if self.type == "money":
+            if number != number.quantize(Decimal("0.01")):
+                raise ValueError(f"{what} has more than 2 decimals")
+            return number.quantize(Decimal("0.01"))
+        return number
+
+    def describe(self) -> str:
+        extra = {
+            "money": f" in {self.currency}",
+            "enum": f" ({' / '.join(self.choices or [])})",
+        }.get(self.type, "")
+        return f"{self.label or self.name}: {self.type}{extra}" + (
+            "" if self.required else ", optional"
+        )
+
+
+def _coerce_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in {"true", "yes", "on", "1"}:
+        return True
+    if text in {"false", "no", "off", "0"}:
+        return False
+    raise ValueError("must be yes or no")
+
+
+# The document -----------------------------------------------------------------------------------
+
+
+class ApprovalPolicy(Strict):
+    quorum: int = Field(default=1, ge=1, le=5)
+    expiry_minutes: int = Field(default=60, ge=1, le=7 * 24 * 60)
+    author_may_approve: bool = False
+
+
+class WorkflowSettings(Strict):
+    allowed_hosts: list[Annotated[str, Field(min_length=1, max_length=260)]] = Field(
+        min_length=1, max_length=50
+    )
+    step_budget: int = Field(default=50, ge=1, le=1000)
+    run_ttl_minutes: int = Field(default=15, ge=1, le=240)
+    approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
+    credentials: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]] = Field(
+        default_factory=list
+    )
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts_parse(cls, hosts: list[str]) -> list[str]:
+        normalized = []
+        for host in hosts:
+            try:
+                normalized.append(str(parse_host_pattern(host)))
+            except HostPatternError as exc:
+                raise ValueError(str(exc)) from None
+        return normalized
+
+
+class WorkflowDocument(Strict):
+    """One workflow version as a file: ``pandaweb: 1``, identity, settings, parameters, steps."""
+
+    pandaweb: Literal[1] = FORMAT_VERSION
+    name: str = Field(min_length=1, max_length=200)
+    slug: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    description: str = Field(default="", max_length=5000)
+    reviewer_group: str = Field(default="Reviewers", min_length=1, max_length=150)
+    settings: WorkflowSettings
+    parameters: list[Parameter] = Field(default_factory=list, max_length=50)
+    steps: list[Step] = Field(default_factory=list, max_length=500)
+
+
+# Cross-step rules -------------------------------------------------------------------------------
+
+
+class Problem(BaseModel):
+    """Something wrong with a document, located as precisely as we can."""
+
+    path: tuple[str | int, ...]
+    message: str
+
+    def where(self, steps: list[Any] | None = None) -> str:
+        if len(self.path) >= 2 and self.path[0] == "steps" and isinstance(self.path[1], int):
+            index = self.path[1]
+            step_id = ""
+            if steps is not None and index < len(steps):
+                step_id = f" '{_step_id(steps[index])}'"
+            field = ".".join(str(p) for p in self.path[2:])
+            return f"step {index + 1}{step_id}" + (f", field {field}" if field else "")
+        return ".".join(str(p) for p in self.path) or "document"
+
+
+def _step_id(step: Any) -> str:
+    if isinstance(step, StepBase):
+        return step.id
+    if isinstance(step, dict):
+        return str(step.get("id", "?"))
+    return "?"
+
+
+def references(text: str) -> list[tuple[str, str, str | None]]:
+    """The ``{{ ns.name[.field] }}`` references in ``text`` as (namespace, name, field).
+
+    Raises ValueError for a reference that does not parse.
+    """
+    found = []
+    for match in TEMPLATE.finditer(text):
+        ref = REFERENCE.match(match.group("ref"))
+        if ref is None:
+            raise ValueError(
+                f"'{{{{ {match.group('ref')} }}}}' is not a reference; use {{{{ params.name }}}}, "
+                "{{ secrets.credential.field }} or {{ outputs.name }}"
+            )
+        found.append((ref["ns"], ref["name"], ref["field"]))
+    if "{{" in TEMPLATE.sub("", text) or "}}" in TEMPLATE.sub("", text):
+        raise ValueError("unbalanced '{{' or '}}'")
+    return found
+
+
+def document_problems(
+    document: WorkflowDocument, *, credential_kinds: dict[str, str] | None = None
+) -> list[Problem]:
+    """Rules that span steps, parameters and settings. Empty list: the document may be published.
+
+    ``credential_kinds`` maps the credentials that exist to their kind; None skips that check
+    (a file validated away from any database).
+    """
+    problems: list[Problem] = []
+    params = {p.name for p in document.parameters}
+    if len(params) != len(document.parameters):
+        seen: set[str] = set()
+        for index, parameter in enumerate(document.parameters):
+            if parameter.name in seen:
+                problems.append(
+                    Problem(path=("parameters", index, "name"), message="duplicate parameter name")
+                )
+            seen.add(parameter.name)
+    scoped = set(document.settings.credentials)
+    if credential_kinds is not None:
+        for index, name in enumerate(document.settings.credentials):
+            if name not in credential_kinds:
+                problems.append(
+                    Problem(
+                        path=("settings", "credentials", index),
+                        message=f"there is no credential named '{name}'",
+                    )
+                )
+    hosts = [parse_host_pattern(h) for h in document.settings.allowed_hosts]
+    step_ids: set[str] = set()
+    outputs: set[str] = set()
+    for index, step in enumerate(document.steps):
+        here: tuple[str | int, ...] = ("steps", index)
+        if step.id in step_ids:
+            problems.append(Problem(path=(*here, "id"), message=f"duplicate step id '{step.id}'"))
+        step_ids.add(step.id)
+        for field, text in step.templates():
+            try:
+                refs = references(text)
+            except ValueError as exc:
+                problems.append(Problem(path=(*here, field), message=str(exc)))
+                continue
+            for ns, name, sub in refs:
+                problem = _reference_problem(
+                    ns, name, sub, field=field, step=step, params=params, outputs=outputs,
+                    scoped=scoped, credential_kinds=credential_kinds,
+                )  # fmt: skip
+                if problem:
+                    problems.append(Problem(path=(*here, field), message=problem))
+        if isinstance(step, GotoStep):
+            problem = _goto_problem(step.url, hosts)
+            if problem:
+                problems.append(Problem(path=(*here, "url"), message=problem))
+        if isinstance(step, LoginStep) and step.credential not in scoped:
+            problems.append(
+                Problem(
+                    path=(*here, "credential"),
+                    message=f"credential '{step.credential}' is not among this workflow's "
+                    "credentials (settings → credentials)",
+                )
+            )
+        if isinstance(step, LoginStep) and credential_kinds is not None:
+            kind = credential_kinds.get(step.credential)
+            if kind is not None and kind != "username_password":
+                problems.append(
+                    Problem(
+                        path=(*here, "credential"),
+                        message=f"credential '{step.credential}' is a {kind}, "
+                        "login needs a username and password",
+                    )
+                )
+        if isinstance(step, AssertStep):
+            for check_index, check in enumerate(step.checks):
+                if isinstance(check, CompareCheck):
+                    for side in ("left", "right"):
+                        problem = _operand_problem(getattr(check, side), params, outputs)
+                        if problem:
+                            path = (*here, "checks", check_index, side)
+                            problems.append(Problem(path=path, message=problem))
+        if isinstance(step, ExtractStep):
+            for field_index, extract in enumerate(step.fields):
+                if extract.name in outputs:
+                    path = (*here, "fields", field_index, "name")
+                    problems.append(
+                        Problem(path=path, message=f"output '{extract.name}' is extracted twice")
+                    )
+                outputs.add(extract.name)
+        if isinstance(step, ScreenshotStep | DownloadStep):
+            if step.name in outputs:
+                problems.append(
+                    Problem(path=(*here, "name"), message=f"name '{step.name}' is already used")
+                )
+            outputs.add(step.name)
+    return problems
+
+
+def _reference_problem(
+    ns: str,
+    name: str,
+    sub: str | None,
+    *,
+    field: str,
+    step: StepBase,
+    params: set[str],
+    outputs: set[str],
+    scoped: set[str],
+    credential_kinds: dict[str, str] | None,
+) -> str | None:
+    if ns == "params":
+        if sub is not None or name not in params:
+            return f"there is no parameter '{name}'" if sub is None else "params have no fields"
+        return None
+    if ns == "outputs":
+        if sub is not None or name not in outputs:
+            return f"no earlier step extracts an output '{name}'"
+        return None
+    # Secrets may only be typed into a field: anywhere else (a URL, a waited-for text) they would
+    # end up in observations, events and screenshots.
+    if not (isinstance(step, FillStep) and field == "value"):
+        return "secrets may only be used as the value of a fill step"
+    if name not in scoped:
+        return f"credential '{name}' is not among this workflow's credentials"
+    if sub is None:
+        return f"say which field of credential '{name}', e.g. {{{{ secrets.{name}.password }}}}"
+    if credential_kinds is not None and name in credential_kinds:
+        fields = CREDENTIAL_FIELDS[credential_kinds[name]]
+        if sub not in fields:
+            return f"credential '{name}' has no field '{sub}' (it has: {', '.join(fields)})"
+    elif sub not in {f for fields in CREDENTIAL_FIELDS.values() for f in fields}:
+        return f"'{sub}' is not a credential field"
+    return None
+
+
+def _operand_problem(operand: str, params: set[str], outputs: set[str]) -> str | None:
+    ref = REFERENCE.match(operand)
+    if ref is None:
+        return None  # a literal
+    if ref["ns"] == "secrets":
+        return "secrets cannot be compared"
+    if ref["ns"] == "params" and ref["name"] not in params:
+        return f"there is no parameter '{ref['name']}'"
+    if ref["ns"] == "outputs" and ref["name"] not in outputs:
+        return f"no earlier step extracts an output '{ref['name']}'"
+    return None
+
+
+def _goto_problem(url: str, hosts: list[Any]) -> str | None:
+    # Parameters may fill the path and query, never the scheme or host: the allowlist has to be
+    # checkable before the run starts.
+    head = url.split("/", 3)
+    authority = "/".join(head[:3])
+    if "{{" in authority:
+        return "parameters may only be used in the path and query of a URL, not in its host"
+    parts = urlsplit(url)
+    if parts.scheme not in {"http", "https"}:
+        return "the URL must start with http:// or https://"
+    if not parts.hostname:
+        return "the URL has no host"
+    try:
+        port = parts.port
+    except ValueError:
+        return "the URL's port is not a number"
+    if parts.username or parts.password:
+        return "put credentials in a credential, not in the URL"
+    effective_port = port or (443 if parts.scheme == "https" else 80)
+    if not host_allowed(parts.hostname, effective_port, hosts):
+        return (
+            f"{parts.hostname}{':' + str(port) if port else ''} is not in the allowed hosts "
+            f"({', '.join(str(h) for h in hosts)})"
+        )
+    return None
+
+
+def irreversible_warnings(steps: list[StepBase]) -> list[Problem]:
+    """Steps that look like they do something final but are not marked irreversible."""
+    warnings = []
+    for index, step in enumerate(steps):
+        if step.irreversible or not isinstance(step, ClickStep | PressStep | LoginStep):
+            continue
+        words = " ".join(t.readable_name + " " + (t.css or "") for t in step.targets())
+        match = IRREVERSIBLE_WORDS.search(words)
+        if match:
+            warnings.append(
+                Problem(
+                    path=("steps", index, "irreversible"),
+                    message=f"the target reads like '{match.group(0)}' but the step is not "
+                    "marked irreversible: it would run without a second person's approval",
+                )
+            )
+    return warnings
+
+
+# Sentences --------------------------------------------------------------------------------------
+
+
+def describe_step(step: StepBase) -> str:
+    """One readable sentence, e.g. "Click the button 'Submit payment' — irreversible"."""
+    text = _sentence(step)
+    if step.irreversible:
+        text += " — irreversible"
+    return text
+
+
+def _sentence(step: StepBase) -> str:
+    if isinstance(step, GotoStep):
+        return f"Go to {step.url}"
+    if isinstance(step, ClickStep):
+        return f"Click {step.target.describe()}"
+    if isinstance(step, FillStep):
+        shown = "a secret" if "secrets." in step.value else f"'{step.value}'"
+        return f"Fill {step.target.describe()} with {shown}"
+    if isinstance(step, SelectStep):
+        return f"Choose '{step.option}' in {step.target.describe()}"
+    if isinstance(step, CheckStep):
+        return f"Tick {step.target.describe()}"
+    if isinstance(step, UncheckStep):
+        return f"Untick {step.target.describe()}"
+    if isinstance(step, PressStep):
+        where = f" in {step.target.describe()}" if step.target else ""
+        return f"Press {step.key}{where}"
+    if isinstance(step, WaitForStep):
+        if step.target is not None:
+            return f"Wait until {step.target.describe()} is {step.state}"
+        if step.url is not None:
+            return f"Wait until the address matches {step.url}"
+        if step.text is not None:
+            return f"Wait until the page shows '{step.text}'"
+        return "Wait until the network is idle"
+    if isinstance(step, ExtractStep):
+        names = ", ".join(f"{f.name} ({f.kind})" for f in step.fields)
+        return f"Extract {names}"
+    if isinstance(step, AssertStep):
+        return "Check that " + "; ".join(_check_sentence(c) for c in step.checks)
+    if isinstance(step, ScreenshotStep):
+        return f"Take a screenshot '{step.name}'"
+    if isinstance(step, DownloadStep):
+        return f"Download '{step.name}' by clicking {step.target.describe()}"
+    if isinstance(step, LoginStep):
+        return f"Log in with credential '{step.credential}', then click {step.submit.describe()}"
+    return step.id
+
+
+def _check_sentence(check: Any) -> str:
+    if isinstance(check, TextCheck):
+        verb = "shows" if check.kind == "text_present" else "does not show"
+        return f"the page {verb} '{check.text}'"
+    if isinstance(check, UrlCheck):
+        return f"the address matches {check.pattern}"
+    if isinstance(check, CountCheck):
+        return f"the number of {check.target.describe()} {check.op} {check.count}"
+    return f"{check.left} {check.op} {check.right}"
