@@ -125,6 +125,16 @@ def document_data(workflow: Workflow, version: WorkflowVersion) -> dict[str, Any
     }
 
 
+def draft_canonical_data(workflow: Workflow, version: WorkflowVersion) -> dict[str, Any]:
+    """The draft as it would be published (defaults left out), so that comparing it with a
+    published version shows real changes only. A draft that does not validate yet is shown raw."""
+    data = document_data(workflow, version)
+    try:
+        return canonical_data(WorkflowDocument.model_validate(data))
+    except ValidationError:
+        return data
+
+
 def content_hash(document: WorkflowDocument) -> str:
     canonical = json.dumps(canonical_data(document), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -421,7 +421,7 @@ def version_diff(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 
     def document(key: str) -> dict[str, Any]:
         if key == "draft" and draft is not None:
-            return services.document_data(workflow, draft)
+            return services.draft_canonical_data(workflow, draft)
         if key.isdigit():
             return selectors.version_get(workflow, int(key)).document or {}
         raise Http404("choose two versions")

@@ -42,6 +42,7 @@ from django.utils import timezone
 from django.utils.ipv6 import clean_ipv6_address
 
 from pandaweb.audit import chain
+from pandaweb.audit.context import current_request
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.redaction import redact
 
@@ -98,8 +99,8 @@ def audit_record(
         "object_id": object_id,
         "before": _plain(redact(before, credential=credential)),
         "after": _plain(redact(after, credential=credential)),
-        "request_id": _request_id(request),
-        "client_ip": _client_ip(request),
+        "request_id": _request_id(request or current_request.get()),
+        "client_ip": _client_ip(request or current_request.get()),
         "run_id": run_id,
         "step_id": step_id,
         "approval_id": approval_id,

@@ -354,3 +354,20 @@ def test_replacing_a_value_writes_one_event_without_the_value(
     acme_credential.refresh_from_db()
     assert services.vault().open(acme_credential.ciphertext)["password"] == "new-secret-value"
     assert "new-secret-value" not in repr(list(AuditEvent.objects.values()))
+
+
+def test_the_reencrypt_command_fails_whole_when_a_key_is_missing(
+    acme_credential: Credential, settings: Any
+) -> None:
+    from django.core.management import CommandError, call_command
+
+    from workflows.vault import generate_key
+
+    original = acme_credential.ciphertext
+    settings.CREDENTIAL_KEYS = [generate_key()]
+
+    with pytest.raises(CommandError, match="nothing was changed: a credential could not be"):
+        call_command("credentials_reencrypt")
+
+    acme_credential.refresh_from_db()
+    assert acme_credential.ciphertext == original

@@ -176,3 +176,23 @@ def test_credential_values_are_never_rendered(operator: User, acme_credential: C
     assert "a credential named &#x27;acme-portal&#x27; exists" in refused
     assert "hunter2-secret" not in refused
     assert 'name="seed"' not in replace_page
+
+
+def test_audit_events_carry_the_request_id_and_client_address(
+    operator: User, workflow: Workflow
+) -> None:
+    client = Client(REMOTE_ADDR="127.0.0.7")
+    client.force_login(operator)
+
+    response = client.post(
+        f"/workflows/{workflow.slug}/archive/", {"archived": "1"}, HTTP_X_REQUEST_ID="req-42"
+    )
+
+    event = AuditEvent.objects.latest("sequence")
+    assert response["X-Request-ID"] == "req-42"
+    assert (event.action, event.request_id, event.client_ip) == (
+        "workflow.archived",
+        "req-42",
+        "127.0.0.7",
+    )
+    assert event.actor == operator
