@@ -34,7 +34,7 @@ def communicator(
 
 
 async def test_it_refuses_an_anonymous_handshake() -> None:
-    connected, _ = await communicator(None).connect()
+    connected, _ = await communicator(None).connect(timeout=10)
 
     assert connected is False
 
@@ -42,7 +42,7 @@ async def test_it_refuses_an_anonymous_handshake() -> None:
 async def test_it_refuses_a_foreign_origin_even_with_a_session() -> None:
     cookie = await session_cookie_for(Role.REVIEWERS)
 
-    connected, _ = await communicator(cookie, origin="http://evil.example.test").connect()
+    connected, _ = await communicator(cookie, origin="http://evil.example.test").connect(timeout=10)
 
     assert connected is False
 
@@ -50,7 +50,7 @@ async def test_it_refuses_a_foreign_origin_even_with_a_session() -> None:
 async def test_it_refuses_a_role_that_may_not_see_approvals() -> None:
     cookie = await session_cookie_for(Role.OPERATORS)
 
-    connected, _ = await communicator(cookie).connect()
+    connected, _ = await communicator(cookie).connect(timeout=10)
 
     assert connected is False
 
@@ -58,17 +58,17 @@ async def test_it_refuses_a_role_that_may_not_see_approvals() -> None:
 async def test_a_reviewer_gets_the_badge_and_its_updates() -> None:
     cookie = await session_cookie_for(Role.REVIEWERS)
     socket = communicator(cookie)
-    connected, _ = await socket.connect()
+    connected, _ = await socket.connect(timeout=10)
     assert connected
 
-    first = await socket.receive_from()
+    first = await socket.receive_from(timeout=10)
     assert 'id="approvals-badge"' in first
     assert 'hx-swap-oob="true"' in first
     assert ">0</span>" in first
 
     await database_sync_to_async(create_two_pending_and_publish)()
 
-    second = await socket.receive_from()
+    second = await socket.receive_from(timeout=10)
     assert ">2</span>" in second
     await socket.disconnect()
 
@@ -76,13 +76,13 @@ async def test_a_reviewer_gets_the_badge_and_its_updates() -> None:
 async def test_a_reviewer_who_loses_the_role_is_disconnected() -> None:
     cookie = await session_cookie_for(Role.REVIEWERS)
     socket = communicator(cookie)
-    connected, _ = await socket.connect()
+    connected, _ = await socket.connect(timeout=10)
     assert connected
-    await socket.receive_from()
+    await socket.receive_from(timeout=10)
 
     await database_sync_to_async(strip_roles_and_publish)()
 
-    output: dict[str, Any] = await socket.receive_output()
+    output: dict[str, Any] = await socket.receive_output(timeout=10)
     assert output["type"] == "websocket.close"
 
 
