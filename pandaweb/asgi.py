@@ -11,8 +11,16 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
 from pandaweb.routing import websocket_urlpatterns  # noqa: E402
+
+if settings.RUN_EXECUTION == "thread":
+    from pandaweb.core.dispatch import start_periodic
+    from sessions.tasks import runs_reap_task
+
+    # Embedded default: this process executes runs, so it also reaps the ones that went quiet.
+    start_periodic(runs_reap_task, every=30.0)
 
 application = ProtocolTypeRouter(
     {

@@ -216,6 +216,9 @@ else:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": DATA_DIR / "pandaweb.sqlite3",
             "OPTIONS": dict(SQLITE_OPTIONS),
+            # Tests use a file too: run threads, heartbeats and writers share it the way they do
+            # in production (an in-memory database locks whole tables and never waits).
+            "TEST": {"NAME": DATA_DIR / "test-pandaweb.sqlite3"},
         }
     }
 
@@ -297,6 +300,16 @@ WHITENOISE_AUTOREFRESH = DEBUG
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 EMAIL_BACKEND = env_str("PANDAWEB_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+
+# Where runs execute their browsers: "local" (a system Chromium per run) for now.
+SANDBOX_BACKEND = env_choice("PANDAWEB_SANDBOX_BACKEND", "local", ("local",))
+# Screenshots, observations and downloads of runs; served only through permission checks.
+RUN_FILES_DIR = Path(env_str("PANDAWEB_RUN_FILES_DIR", str(DATA_DIR / "runs")))
+# A run whose worker has not reported for this long is marked interrupted by the reaper.
+RUN_HEARTBEAT_TIMEOUT_SECONDS = env_int("PANDAWEB_RUN_HEARTBEAT_TIMEOUT", 60, minimum=10)
+CELERY_BEAT_SCHEDULE = {
+    "reap-silent-runs": {"task": "runs.reap", "schedule": 30.0},
+}
 
 DEMO_PORTAL_URL = env_str("PANDAWEB_DEMO_PORTAL_URL", "http://127.0.0.1:8001/")
 

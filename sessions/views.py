@@ -1,14 +1,113 @@
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+import mimetypes
+import secrets
+from pathlib import Path
 
-from pandaweb.core.permissions import capability_required
+from django.conf import settings
+from django.contrib import messages
+from django.http import FileResponse, Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from pandaweb.core.http import AuthenticatedRequest
+from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
+from sessions import selectors, services
+from sessions.forms import LaunchForm
+from workflows import selectors as workflow_selectors
+from workflows.schema import Parameter
 
 
 @require_GET
 @capability_required(Capability.VIEW_RUNS)
-def run_index(request: HttpRequest) -> HttpResponse:
-    return render(request, "sessions/index.html")
+def run_index(request: AuthenticatedRequest) -> HttpResponse:
+    return render(request, "sessions/index.html", {"runs": selectors.run_list()})
+
+
+@require_http_methods(["GET", "POST"])
+@capability_required(Capability.LAUNCH_RUNS)
+def run_launch(request: AuthenticatedRequest, slug: str) -> HttpResponse:
+    workflow = workflow_selectors.workflow_get(slug)
+    version = workflow_selectors.published_versions(workflow).first()
+    if version is None:
+        messages.error(request, "Publish a version of this workflow before launching it.")
+        return redirect("workflows:detail", slug=slug)
+    parameters = [
+        Parameter.model_validate(p) for p in (version.document or {}).get("parameters", [])
+    ]
+    # A fresh key per form: submitting the same form twice (a double click, a resent POST)
+    # launches one run.
+    initial = {"idempotency_key": secrets.token_urlsafe(16)}
+    form = LaunchForm(request.POST or None, parameters=parameters, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            run = services.run_launch(
+                workflow_id=workflow.pk,
+                user=request.user,
+                raw_inputs=form.raw_inputs(),
+                idempotency_key=form.cleaned_data["idempotency_key"],
+            )
+        except services.RunError as exc:
+            if not exc.field_errors:
+                form.add_error(None, str(exc))
+            for name, errors in exc.field_errors.items():
+                field = f"param_{name}" if f"param_{name}" in form.fields else None
+                for error in errors:
+                    form.add_error(field, error)
+        else:
+            return redirect("runs:detail", run_id=run.pk)
+    context = {"workflow": workflow, "version": version, "form": form}
+    return render(request, "sessions/launch.html", context)
+
+
+@require_GET
+@capability_required(Capability.VIEW_RUNS)
+def run_detail(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get(run_id)
+    context = {
+        "run": run,
+        "steps": selectors.run_steps(run),
+        "denials": selectors.run_denials(run),
+        "artifacts": run.artifacts.all(),
+        "can_cancel": user_can(request.user, Capability.LAUNCH_RUNS) and not run.is_final,
+    }
+    return render(request, "sessions/detail.html", context)
+
+
+@require_GET
+@capability_required(Capability.VIEW_RUNS)
+def step_detail(request: AuthenticatedRequest, run_id: int, index: int) -> HttpResponse:
+    run = selectors.run_get(run_id)
+    step = run.step_results.filter(index=index).first()
+    if step is None:
+        raise Http404("no such step")
+    return render(request, "sessions/step.html", {"run": run, "step": step})
+
+
+@require_POST
+@capability_required(Capability.LAUNCH_RUNS)
+def run_cancel(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get(run_id)
+    services.run_cancel(run_id=run.pk, user=request.user)
+    messages.info(request, f"Run #{run.pk} cancelled; its browser is gone.")
+    return redirect("runs:detail", run_id=run.pk)
+
+
+@require_GET
+@capability_required(Capability.VIEW_RUNS)
+def run_file(request: AuthenticatedRequest, run_id: int, path: str) -> FileResponse:
+    """A screenshot, thumbnail or download of a run, for people who may see runs only."""
+    run = selectors.run_get(run_id)
+    root = (Path(settings.RUN_FILES_DIR) / str(run.pk)).resolve()
+    target = (root / path).resolve()
+    if not target.is_relative_to(root) or not target.is_file():
+        raise Http404("no such file")
+    content_type = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+    as_attachment = not content_type.startswith("image/")
+    response = FileResponse(
+        target.open("rb"), content_type=content_type, as_attachment=as_attachment
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "default-src 'none'; img-src 'self'; sandbox"
+    return response

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -7,6 +8,7 @@ from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 from pytest_django.fixtures import Settings
 
 from pandaweb.browser import HEADLESS_ARGS, find_chromium
+from pandaweb.demo_portal.server import PortalServer, make_server
 
 
 @pytest.fixture(scope="session")
@@ -59,10 +61,30 @@ def empty_append_only_tables(request: pytest.FixtureRequest) -> Iterator[None]:
 
     from pandaweb.audit.models import AuditEvent
     from pandaweb.audit.triggers import append_only_suspended
+    from sessions.models import Run
     from workflows.models import WorkflowVersion
     from workflows.triggers import immutability_suspended
 
     with append_only_suspended(connection):
         AuditEvent.objects.all().delete()
+    Run.objects.all().delete()  # runs pin versions (PROTECT)
     with immutability_suspended(connection):
         WorkflowVersion.objects.all().delete()
+
+
+@pytest.fixture
+def portal_server() -> Iterator[PortalServer]:
+    """A portal with fresh state on a free loopback port, served from a daemon thread."""
+    server = make_server("127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def portal(portal_server: PortalServer) -> str:
+    """The base URL of a running portal, without trailing slash."""
+    return f"http://127.0.0.1:{portal_server.server_port}"

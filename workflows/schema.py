@@ -39,7 +39,7 @@ _KIND_WORDS = {"label": "label", "placeholder": "placeholder", "text": "text", "
 # Words that mark an action people cannot take back; a click on such a target that is not marked
 # irreversible is flagged in the editor and at publish.
 IRREVERSIBLE_WORDS = re.compile(
-    r"\b(pay|submit|confirm|delete|remove|transfer|send|approve|purchase|buy|sign|wire|refund)\b",
+    r"\b(pay|submit|confirm|delete|remove|transfer|send|approve|purchase|buy|wire|refund)\b",
     re.IGNORECASE,
 )
 
@@ -798,7 +798,7 @@ def irreversible_warnings(steps: list[StepBase]) -> list[Problem]:
     """Steps that look like they do something final but are not marked irreversible."""
     warnings = []
     for index, step in enumerate(steps):
-        if step.irreversible or not isinstance(step, ClickStep | PressStep | LoginStep):
+        if step.irreversible or not isinstance(step, ClickStep | PressStep):
             continue
         words = " ".join(t.readable_name + " " + (t.css or "") for t in step.targets())
         match = IRREVERSIBLE_WORDS.search(words)

@@ -62,6 +62,7 @@ def _editor_context(request: AuthenticatedRequest, workflow: Workflow) -> dict[s
         "palette": STEP_PALETTE,
         "can_edit": _editable(request) and not workflow.archived,
         "can_author": _editable(request),
+        "can_launch": user_can(request.user, Capability.LAUNCH_RUNS),
     }
 
 

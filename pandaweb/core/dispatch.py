@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -34,6 +35,20 @@ def _send(task: Task, kwargs: dict[str, Any]) -> None:
         task.apply_async(kwargs=kwargs)
     else:
         _thread_pool().submit(_run_in_thread, task, kwargs)
+
+
+def start_periodic(task: Task, *, every: float) -> threading.Thread:
+    """Embedded default: run ``task`` every ``every`` seconds in this process (Celery beat's job
+    in scale-out mode). Started once by the ASGI application."""
+
+    def loop() -> None:
+        while True:
+            time.sleep(every)
+            _run_in_thread(task, {})
+
+    thread = threading.Thread(target=loop, name=f"periodic-{task.name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def _thread_pool() -> ThreadPoolExecutor:

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, PermissionsMixin
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponseBase
 
 from pandaweb.core.roles import Capability
 
@@ -19,15 +19,15 @@ def user_can(user: AbstractBaseUser | AnonymousUser, capability: Capability) -> 
 
 def capability_required(
     capability: Capability,
-) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+) -> Callable[[Callable[..., HttpResponseBase]], Callable[..., HttpResponseBase]]:
     """Refuse a signed-in user without ``capability`` with 403.
 
     Anonymous users never get here: ``LoginRequiredMiddleware`` sends them to the login page.
     """
 
-    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    def decorator(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
         @wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not user_can(request.user, capability):
                 raise PermissionDenied(f"This page needs the capability '{capability.value}'.")
             return view(request, *args, **kwargs)

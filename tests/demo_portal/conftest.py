@@ -1,34 +1,12 @@
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from playwright.sync_api import Page, expect
 
-from pandaweb.demo_portal.server import PortalServer, make_server
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
-
-
-@pytest.fixture
-def portal_server() -> Iterator[PortalServer]:
-    """A portal with fresh state on a free loopback port, served from a daemon thread."""
-    server = make_server("127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
-
-
-@pytest.fixture
-def portal(portal_server: PortalServer) -> str:
-    """The base URL of a running portal, without trailing slash."""
-    return f"http://127.0.0.1:{portal_server.server_port}"
 
 
 def fetch_json(url: str, *, method: str = "GET") -> Any:

@@ -34,6 +34,7 @@ def free_port() -> int:
 @dataclass
 class Stack:
     url: str
+    portal_url: str
     env: dict[str, str]
     logins: dict[str, str]
     scale_out: bool
@@ -80,22 +81,30 @@ def stack(tmp_path_factory: pytest.TempPathFactory, e2e_database_url: str) -> It
         "PYTHONUNBUFFERED": "1",
     }
     scale_out = bool(env.get("REDIS_URL"))
-    port = free_port()
-    stack = Stack(url=f"http://127.0.0.1:{port}", env=env, logins={}, scale_out=scale_out)
+    port, portal_port = free_port(), free_port()
+    env["PANDAWEB_DEMO_PORTAL_URL"] = f"http://127.0.0.1:{portal_port}/"
+    env["PANDAWEB_SANDBOX_DIR"] = str(data_dir / "sandboxes")
+    stack = Stack(
+        url=f"http://127.0.0.1:{port}",
+        portal_url=f"http://127.0.0.1:{portal_port}",
+        env=env,
+        logins={},
+        scale_out=scale_out,
+    )
     stack.manage("migrate", "--no-input", "-v0")
     stack.manage("setup_roles", "--demo-users")
     stack.logins = json.loads((data_dir / "demo-logins.json").read_text())
 
     log = (data_dir / "up.log").open("w")
     up = subprocess.Popen(
-        [sys.executable, "manage.py", "up", "--port", str(port), "--no-portal"],
+        [sys.executable, "manage.py", "up", "--port", str(port)],
         cwd=ROOT,
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 90
-    while not url_answers(f"{stack.url}/login/"):
+    while not (url_answers(f"{stack.url}/login/") and url_answers(f"{stack.portal_url}/login")):
         if up.poll() is not None or time.monotonic() > deadline:
             up.kill()
             raise RuntimeError("the stack did not start:\n" + (data_dir / "up.log").read_text())

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
@@ -37,7 +39,10 @@ class Command(BaseCommand):
                     description="Login of the bundled Acme Supplier Portal",
                     values={"username": DEMO_USERNAME, "password": DEMO_PASSWORD},
                 )
-            workflow = services.workflow_import(user=author, text=EXAMPLE.read_bytes())
+            # The example points at the portal's default address; follow the configured one.
+            portal = urlsplit(settings.DEMO_PORTAL_URL).netloc
+            text = EXAMPLE.read_text().replace("127.0.0.1:8001", portal)
+            workflow = services.workflow_import(user=author, text=text)
             version = services.workflow_publish(
                 workflow_id=workflow.pk, user=author, message="Demo workflow"
             )

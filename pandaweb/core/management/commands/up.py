@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -10,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from pandaweb import supervisor
 from pandaweb.core.selectors import deployment_summary
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
+from sessions.services import host_queue
 
 
 class Command(BaseCommand):
@@ -21,7 +24,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
-        parser.add_argument("--portal-port", type=int, default=8001)
+        parser.add_argument(
+            "--portal-port",
+            type=int,
+            default=urlsplit(settings.DEMO_PORTAL_URL).port or 8001,
+            help="port of the demo portal (default: from PANDAWEB_DEMO_PORTAL_URL)",
+        )
         parser.add_argument("--no-portal", action="store_true", help="do not start the demo portal")
         parser.add_argument(
             "--workers",
@@ -71,8 +79,19 @@ class Command(BaseCommand):
                         python, "-m", "celery", "-A", "pandaweb", "worker",
                         "--loglevel", "INFO", "--concurrency", "2",
                         "--hostname", f"worker{index + 1}@%h",
-                        "--queues", settings.CELERY_TASK_DEFAULT_QUEUE,
+                        # The shared queue, and this machine's own: a sandbox lives on one host,
+                        # so work on it (cancel, continue after approval) must reach that host.
+                        "--queues",
+                        f"{settings.CELERY_TASK_DEFAULT_QUEUE},{host_queue(socket.gethostname())}",
                     ],
+                )
+            )  # fmt: skip
+        if workers:
+            children.append(
+                supervisor.Child(
+                    name="scheduler",
+                    argv=[python, "-m", "celery", "-A", "pandaweb", "beat", "--loglevel", "INFO",
+                          "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")],
                 )
             )  # fmt: skip
 

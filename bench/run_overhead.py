@@ -1,0 +1,342 @@
+"""What recording costs: the demo workflow's first 13 steps, bare Playwright against the runner.
+
+    .venv/bin/python bench/run_overhead.py [--runs 10] [--delays 0,100] [--profile]
+
+Against one demo portal on loopback, behind one egress proxy, each measured run gets a fresh local
+sandbox (its start is not timed; see bench/sandbox_start.py) and then does steps 1-13 of
+workflows/examples/acme-pay-invoice.yaml (everything before the irreversible submit-payment) as:
+
+  A  a bare Playwright script: connect_over_cdp to the sandbox, the same gotos, fills, clicks,
+     extract, download and screenshot with plain locators, nothing recorded;
+  B  the production runner, ``Runner(plan, sink).run(cdp_url)``, with observation, masked
+     screenshot, overlay and thumbnail per step, and production's own sink
+     (``sessions.services._Sink``: a writer thread calling ``run_record_step`` on a migrated
+     SQLite database in a temporary PANDAWEB_DATA_DIR).
+
+Both are timed from "sandbox answering CDP" to "done": Playwright start, CDP connect, the steps,
+disconnect, and for B the wait until the writer thread has persisted every step (``sink.close()``,
+as ``run_execute`` does). A and B alternate (A, B, A, B ...) after one unmeasured warm-up pair.
+Each delay in --delays (milliseconds added to every portal response, like a remote portal) is one
+scenario. --profile splits the runner's per-step time into act / observe / mask / screenshot /
+overlay / thumbnail / other, by wrapping those functions during the B runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from _harness import (
+    Persistence,
+    Workflow,
+    bare_run,
+    demo_workflow,
+    egress_proxy,
+    load_line,
+    portal,
+    portal_host,
+    sandbox,
+    set_delay,
+    setup_django,
+    stats,
+    temp_dir,
+)
+
+PHASES = ("act", "observe", "aria", "mask", "screenshot", "overlay", "thumbnail", "other")
+
+
+# Profiling ---------------------------------------------------------------------------------------
+
+
+class Profile:
+    """Seconds per (step index, phase), one dict per B run."""
+
+    def __init__(self) -> None:
+        self.runs: list[dict[tuple[int, str], float]] = []
+        self.current: dict[tuple[int, str], float] = defaultdict(float)
+        self.step = -1
+        self.phase = ""
+
+    def add(self, name: str, seconds: float) -> None:
+        self.current[(self.step, name)] += seconds
+
+    def finish_run(self) -> None:
+        self.runs.append(dict(self.current))
+        self.current = defaultdict(float)
+
+
+PROFILE: Profile | None = None
+
+
+def _timed(name: str, function: Callable[..., Any], *, capture_only: bool = False) -> Any:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if PROFILE is None or (capture_only and PROFILE.phase != "capture"):
+            return function(*args, **kwargs)
+        t0 = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            PROFILE.add(name, time.perf_counter() - t0)
+
+    return wrapper
+
+
+def install_profiling() -> None:
+    """Wrap the observation functions the runner calls and Page.screenshot/aria_snapshot."""
+    from playwright.sync_api import Page
+
+    from sessions import observation
+
+    for name, label in (
+        ("observe", "observe"),
+        ("secret_locators", "mask"),
+        ("overlay", "overlay"),
+        ("thumbnail", "thumbnail"),
+    ):
+        setattr(observation, name, _timed(label, getattr(observation, name), capture_only=True))
+    # Only the screenshot taken for the record counts here; a screenshot step's own picture is
+    # part of "act" (the baseline takes it too).
+    Page.screenshot = _timed("screenshot", Page.screenshot, capture_only=True)  # type: ignore[method-assign]
+    Page.aria_snapshot = _timed("aria", Page.aria_snapshot, capture_only=True)  # type: ignore[method-assign]
+
+
+def profiled_runner_class() -> type[Any]:
+    from sessions.runner import Runner
+
+    class ProfiledRunner(Runner):
+        def _execute(self, context: Any, index: int, step: Any) -> Any:
+            assert PROFILE is not None
+            PROFILE.step = index
+            t0 = time.perf_counter()
+            record = super()._execute(context, index, step)
+            PROFILE.add("step", time.perf_counter() - t0)
+            return record
+
+        def _act(self, step: Any, record: Any, timeout: float) -> None:
+            assert PROFILE is not None
+            PROFILE.phase = "act"
+            t0 = time.perf_counter()
+            try:
+                super()._act(step, record, timeout)
+            finally:
+                PROFILE.add("act", time.perf_counter() - t0)
+                PROFILE.phase = ""
+
+        def _capture(self, record: Any) -> None:
+            assert PROFILE is not None
+            PROFILE.phase = "capture"
+            try:
+                super()._capture(record)
+            finally:
+                PROFILE.phase = ""
+
+    return ProfiledRunner
+
+
+# The recorded run --------------------------------------------------------------------------------
+
+
+class TimedSink:
+    """Production's sink, noting when the runner handed over the last step."""
+
+    def __init__(self, run_id: int) -> None:
+        from sessions.services import _Sink
+
+        self.inner = _Sink(run_id)
+        self.last_step_at = 0.0
+        self.first_step_at = 0.0
+        self.records: list[Any] = []
+
+    def step_finished(self, record: Any) -> None:
+        now = time.perf_counter()
+        if not self.records:
+            # The first record's own duration reaches back to when the step started.
+            self.first_step_at = now - record.duration_ms / 1000
+        self.last_step_at = now
+        self.records.append(record)
+        self.inner.step_finished(record)
+
+    def stop_reason(self) -> str | None:
+        return self.inner.stop_reason()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def recorded_run(
+    cdp_url: str, workflow: Workflow, persistence: Persistence, files: Path
+) -> dict[str, float]:
+    from sessions.runner import Runner, RunPlan
+
+    run_id = persistence.new_run(workflow.inputs)
+    plan = RunPlan(
+        steps=workflow.steps,
+        inputs=workflow.inputs,
+        secrets=workflow.secrets,
+        step_budget=40,
+        deadline=time.time() + 600,
+        artifacts_dir=files / str(run_id) / "artifacts",
+    )
+    runner_class = profiled_runner_class() if PROFILE is not None else Runner
+    t0 = time.perf_counter()
+    sink = TimedSink(run_id)
+    outcome = runner_class(plan, sink).run(cdp_url)
+    t1 = time.perf_counter()
+    sink.close()
+    t2 = time.perf_counter()
+    if PROFILE is not None:
+        PROFILE.finish_run()
+    if outcome.status != "succeeded" or outcome.steps_executed != len(workflow.steps):
+        raise RuntimeError(f"the recorded run did not succeed: {outcome}")
+    counts = persistence.counts(run_id)
+    if counts["steps"] != len(workflow.steps):
+        raise RuntimeError(f"only {counts['steps']} steps were persisted")
+    return {
+        "total": t2 - t0,
+        "runner": t1 - t0,
+        "steps": sink.last_step_at - sink.first_step_at,
+        "drain": t2 - t1,
+    }
+
+
+# Reporting ---------------------------------------------------------------------------------------
+
+
+def row(label: str, values: list[float]) -> str:
+    low, mid, high = stats(values)
+    return f"  {label:<44} {low:7.3f} {mid:7.3f} {high:7.3f}"
+
+
+def print_profile(profile: Profile, workflow: Workflow) -> None:
+    runs = profile.runs
+    print(f"\n  runner time per step, median of {len(runs)} runs (ms)")
+    header = "".join(f"{p:>11}" for p in (*PHASES, "step"))
+    print(f"  {'#':>2} {'step':<15}{header}")
+    totals: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        per_run: dict[str, float] = defaultdict(float)
+        for (_, name), seconds in run.items():
+            per_run[name] += seconds
+        for phase in (*PHASES, "step"):
+            value = per_run["step"] - _accounted(per_run) if phase == "other" else per_run[phase]
+            totals[phase].append(value)
+    for index, step in enumerate(workflow.steps):
+        cells = []
+        for phase in (*PHASES, "step"):
+            values = []
+            for run in runs:
+                if phase == "other":
+                    parts = {p: run.get((index, p), 0.0) for p in (*PHASES, "step")}
+                    values.append(parts["step"] - _accounted(parts))
+                else:
+                    values.append(run.get((index, phase), 0.0))
+            cells.append(f"{statistics.median(values) * 1000:11.0f}")
+        print(f"  {index + 1:>2} {step['id'][:15]:<15}{''.join(cells)}")
+    all_cells = "".join(f"{statistics.median(totals[p]) * 1000:11.0f}" for p in (*PHASES, "step"))
+    print(f"     {'all 13 steps':<15}{all_cells}")
+    step_total = statistics.median(totals["step"])
+    shares = ", ".join(
+        f"{p} {statistics.median(totals[p]) / step_total:.0%}" for p in PHASES if p != "aria"
+    )
+    print(f"  shares of step time: {shares}")
+    print(
+        "  (aria = page.aria_snapshot inside observe; mask = secret_locators; other = "
+        "settle/title/url, step validation and the sink hand-off)"
+    )
+
+
+def _accounted(parts: dict[str, float]) -> float:
+    # "aria" is part of "observe", so it is not subtracted again.
+    return sum(parts.get(p, 0.0) for p in PHASES if p not in ("other", "aria"))
+
+
+def main() -> int:
+    global PROFILE
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10, help="measured runs per variant")
+    parser.add_argument(
+        "--delays", default="0,100", help="portal delays to test, ms per response (default 0,100)"
+    )
+    parser.add_argument("--profile", action="store_true", help="break the runner's time down")
+    args = parser.parse_args()
+    delays = [float(x) for x in args.delays.split(",") if x.strip()]
+
+    print(f"start: {load_line()}")
+    with (
+        temp_dir("pandaweb-bench-data-") as data,
+        temp_dir("pandaweb-bench-sandboxes-") as sandboxes,
+        portal() as server,
+    ):
+        host = portal_host(server)
+        workflow = demo_workflow(host)
+        persistence = setup_django(workflow, Path(data))
+        from django.conf import settings
+
+        from sessions.sandbox.local import LocalBackend
+
+        files = Path(settings.RUN_FILES_DIR)
+        backend = LocalBackend(root=sandboxes)
+        if args.profile:
+            install_profiling()
+        with egress_proxy(host) as proxy:
+            for delay in delays:
+                set_delay(server, delay / 1000)
+                bare: dict[str, list[float]] = defaultdict(list)
+                recorded: dict[str, list[float]] = defaultdict(list)
+                PROFILE = None
+                for i in range(args.runs + 1):
+                    warm_up = i == 0
+                    with sandbox(backend, proxy) as box, temp_dir("pandaweb-bench-dl-") as dl:
+                        timing = bare_run(box.cdp_url, workflow, Path(dl))
+                    if not warm_up:
+                        bare["total"].append(timing.total)
+                        bare["steps"].append(timing.steps)
+                    if args.profile and i == 1:
+                        PROFILE = Profile()
+                    with sandbox(backend, proxy) as box:
+                        result = recorded_run(box.cdp_url, workflow, persistence, files)
+                    if not warm_up:
+                        for key, value in result.items():
+                            recorded[key].append(value)
+                    print(
+                        f"  delay {delay:g} ms, pair {i}{' (warm-up)' if warm_up else ''}: "
+                        f"A {timing.total:.2f} s, B {result['total']:.2f} s",
+                        file=sys.stderr,
+                    )
+                report(delay, args.runs, bare, recorded)
+                if PROFILE is not None:
+                    print_profile(PROFILE, workflow)
+                    PROFILE = None
+    print(f"\nend: {load_line()}")
+    return 0
+
+
+def report(
+    delay: float, runs: int, bare: dict[str, list[float]], recorded: dict[str, list[float]]
+) -> None:
+    print(
+        f"\nportal delay {delay:g} ms per response, {runs} runs per variant, "
+        f"alternated A/B ({load_line()})"
+    )
+    print(f"  {'seconds':<44} {'min':>7} {'median':>7} {'max':>7}")
+    print(row("A bare Playwright, total", bare["total"]))
+    print(row("B runner + recording + persistence, total", recorded["total"]))
+    print(row("A steps only (first step → last step)", bare["steps"]))
+    print(row("B steps only (first step → last record)", recorded["steps"]))
+    print(row("B Runner.run() returned", recorded["runner"]))
+    print(row("B writer drain after the run (sink.close)", recorded["drain"]))
+    ratio = statistics.median(recorded["total"]) / statistics.median(bare["total"])
+    steps_ratio = statistics.median(recorded["steps"]) / statistics.median(bare["steps"])
+    print(f"  median ratio B/A, total: {ratio:.2f}x   steps only: {steps_ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

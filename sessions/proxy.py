@@ -1,0 +1,808 @@
+"""The per-run egress proxy: default deny, allowlisted hosts only (no Django imports).
+
+A run's browser sends every request through one ``EgressProxy``. The proxy asks an
+``EgressPolicy`` about each destination before it opens any connection, connects to exactly the
+address the policy vetted (so a second DNS answer cannot swap it), and reports every refusal
+through ``on_denied`` so the run page can show what the page tried to reach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import re
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+from workflows.hosts import HostPattern, host_allowed, normalize_host, parse_host_pattern
+
+logger = logging.getLogger(__name__)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], list[str]]
+
+MAX_HEADER_BYTES = 64 * 1024
+
+# Chromium talks to Google even with background networking off (component updates, safe browsing,
+# sign-in probes). Those refusals are expected noise: the UI counts them instead of listing them.
+DEFAULT_QUIET_HOSTS: tuple[str, ...] = (
+    "google.com",
+    "*.google.com",
+    "*.googleapis.com",
+    "*.gvt1.com",
+    "*.gvt2.com",
+    "*.gstatic.com",
+    "*.googleusercontent.com",
+    "*.chromium.org",
+)
+
+# Cloud metadata services hand out credentials to whoever asks from inside the machine; no
+# workflow has a reason to reach them, so no allowlist entry can open them.
+METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
+    {
+        ipaddress.ip_address("169.254.169.254"),  # AWS, GCP, Azure, OpenStack
+        ipaddress.ip_address("169.254.170.2"),  # AWS ECS task credentials
+        ipaddress.ip_address("fd00:ec2::254"),  # AWS over IPv6
+        ipaddress.ip_address("100.100.100.200"),  # Alibaba Cloud
+    }
+)
+
+_LABEL = r"(?!-)[a-z0-9_-]{1,63}(?<!-)"
+_HOSTNAME = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "upgrade",
+    }
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    reason: str
+
+
+class EgressDenied(Exception):
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(decision.reason)
+        self.decision = decision
+
+
+def getaddrinfo_resolver(host: str, port: int) -> list[str]:
+    """Every address the system resolver returns for ``host``, in its order, without duplicates."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses: list[str] = []
+    for info in infos:
+        address = str(info[4][0])
+        if address not in addresses:
+            addresses.append(address)
+    return addresses
+
+
+def parse_ip_literal(host: str) -> IPAddress | None:
+    """The address ``host`` spells, or None when it is a name.
+
+    Anything the C library would take as an IPv4 address counts (``2130706433``, ``0x7f.1``,
+    ``127.1``, ``0177.0.0.1``): a browser or an HTTP library may connect to it as such, so the
+    policy must not mistake it for a name that merely failed to match.
+    """
+    text = normalize_host(host)
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        pass
+    if not text or not text.isascii() or any(ch.isspace() for ch in text):
+        return None
+    try:
+        packed = socket.inet_aton(text)
+    except OSError:
+        return None
+    return ipaddress.IPv4Address(packed)
+
+
+class EgressPolicy:
+    """Decides whether a run may open a connection to ``host:port``.
+
+    Names are judged before they are resolved, so a name outside the allowlist never reaches a
+    DNS server (a lookup alone can leak data). Allowed names must resolve to public addresses only,
+    which stops DNS rebinding onto the machine's own network; internal services are reached by
+    allowlisting their IP literally.
+    """
+
+    def __init__(
+        self,
+        allowed: Sequence[str | HostPattern],
+        *,
+        resolver: Resolver = getaddrinfo_resolver,
+    ) -> None:
+        self.patterns: list[HostPattern] = [
+            p if isinstance(p, HostPattern) else parse_host_pattern(p) for p in allowed
+        ]
+        self._resolver = resolver
+
+    def decide(self, host: str, port: int) -> Decision:
+        decision, _ = self._evaluate(host, port)
+        return decision
+
+    def resolve_for_connect(self, host: str, port: int) -> str:
+        """The address to connect to for ``host:port``; raises ``EgressDenied`` if refused.
+
+        The proxy connects to this address rather than to the name, so the address that was
+        vetted is the one reached.
+        """
+        decision, addresses = self._evaluate(host, port)
+        if not decision.allowed:
+            raise EgressDenied(decision)
+        return addresses[0]
+
+    def _evaluate(self, host: str, port: int) -> tuple[Decision, list[str]]:
+        name = normalize_host(host)
+        if not name:
+            return _deny("the request names no host"), []
+        if not 1 <= port <= 65535:
+            return _deny(f"port {port} is not a valid port"), []
+        ip = parse_ip_literal(name)
+        if ip is not None:
+            return self._evaluate_ip(ip, port), [str(ip)]
+        if not _HOSTNAME.match(name):
+            return _deny(f"{name!r} is not a valid host name"), []
+        if not host_allowed(name, port, self.patterns):
+            return _deny(f"{name} is not in this workflow's allowed hosts"), []
+        return self._evaluate_resolved(name, port)
+
+    def _evaluate_ip(self, ip: IPAddress, port: int) -> Decision:
+        never = _never_reachable(ip)
+        if never:
+            return _deny(never)
+        for pattern in self.patterns:
+            if pattern.wildcard or pattern.port not in (None, port):
+                continue
+            if parse_ip_literal(pattern.host) == ip:
+                return Decision(True, f"{_hostport(str(ip), port)} is in the allowed hosts")
+        return _deny(f"raw IP address {ip} is not in the allowed hosts")
+
+    def _evaluate_resolved(self, name: str, port: int) -> tuple[Decision, list[str]]:
+        try:
+            raw = self._resolver(name, port)
+        except (OSError, UnicodeError, ValueError) as exc:
+            return _deny(f"{name} could not be resolved ({exc})"), []
+        addresses: list[IPAddress] = []
+        for text in raw:
+            try:
+                addresses.append(ipaddress.ip_address(text))
+            except ValueError:
+                return _deny(f"{name} resolved to {text!r}, which is not an IP address"), []
+        if not addresses:
+            return _deny(f"{name} did not resolve to any address"), []
+        explicit_localhost = name == "localhost" and any(
+            p.host == "localhost" and not p.wildcard for p in self.patterns
+        )
+        for ip in addresses:
+            never = _never_reachable(ip)
+            if never:
+                return _deny(f"{name} resolves to {ip}: {never}"), []
+            unwrapped = _unwrap(ip)
+            if explicit_localhost and unwrapped.is_loopback:
+                continue
+            internal = _internal_kind(unwrapped)
+            if internal:
+                return _deny(
+                    f"{name} resolves to {ip}, a {internal} address; internal addresses are "
+                    "reachable only when allowlisted by IP"
+                ), []
+        reason = f"{_hostport(name, port)} is in the allowed hosts"
+        return Decision(True, reason), [str(ip) for ip in addresses]
+
+
+def _deny(reason: str) -> Decision:
+    return Decision(False, reason)
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _unwrap(ip: IPAddress) -> IPAddress:
+    # ::ffff:169.254.169.254 reaches the same socket as 169.254.169.254 on a dual-stack host.
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def _never_reachable(ip: IPAddress) -> str | None:
+    unwrapped = _unwrap(ip)
+    if unwrapped.is_link_local:
+        return f"{ip} is a link-local address (cloud metadata) and is never reachable"
+    if ip in METADATA_ADDRESSES or unwrapped in METADATA_ADDRESSES:
+        return f"{ip} is a cloud metadata address and is never reachable"
+    return None
+
+
+def _internal_kind(ip: IPAddress) -> str | None:
+    if ip.is_unspecified:
+        return "unspecified"
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_multicast:
+        return "multicast"
+    if ip.is_reserved:
+        return "reserved"
+    if ip.is_private:
+        return "private"
+    if not ip.is_global:
+        # e.g. 100.64.0.0/10 (carrier-grade NAT): not public, so not for a rebound name either.
+        return "non-public"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Proxy
+
+
+@dataclass(frozen=True)
+class DeniedAttempt:
+    host: str
+    port: int
+    method: str
+    reason: str
+    at: datetime
+    quiet: bool
+
+
+class _BadRequest(Exception):
+    def __init__(self, reason: str, status: int = 400) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+_STATUS_TEXT = {
+    400: "Bad Request",
+    403: "Forbidden",
+    408: "Request Timeout",
+    411: "Length Required",
+    431: "Request Header Fields Too Large",
+    502: "Bad Gateway",
+    504: "Gateway Timeout",
+}
+
+
+class EgressProxy:
+    """An HTTP forward proxy (absolute-form requests and CONNECT) that enforces an EgressPolicy.
+
+    It runs its own event loop in a daemon thread so that the runner, which drives Playwright
+    synchronously, needs no loop of its own. Each client connection carries one request: the
+    connection to the origin is opened for the vetted destination only, so reusing it for another
+    host is never possible.
+
+    ``on_denied`` runs on the proxy's thread for every refusal, before the 403 is sent: keep it
+    quick (hand the attempt to a queue); what it raises is logged and otherwise ignored.
+    """
+
+    def __init__(
+        self,
+        policy: EgressPolicy,
+        *,
+        on_denied: Callable[[DeniedAttempt], None],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        quiet_hosts: Sequence[str] = DEFAULT_QUIET_HOSTS,
+        header_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        idle_timeout: float = 300.0,
+    ) -> None:
+        self.policy = policy
+        self.host = host
+        self._requested_port = port
+        self._on_denied = on_denied
+        self._quiet = [parse_host_pattern(raw) for raw in quiet_hosts]
+        self.header_timeout = header_timeout
+        self.connect_timeout = connect_timeout
+        self.idle_timeout = idle_timeout
+
+        self.allowed_count = 0
+        self.denied_count = 0
+        self.quiet_denied_count = 0
+        # "out" is what the browser sent towards origins, "in" what came back.
+        self.bytes_out = 0
+        self.bytes_in = 0
+
+        self._port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._startup_error: BaseException | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("the proxy is not running")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> None:
+        """Start listening; returns once the port is bound."""
+        if self._thread is not None:
+            raise RuntimeError("the proxy is already started")
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pandaweb-egress-dns")
+        self._thread = threading.Thread(
+            target=self._run, args=(ready,), name="pandaweb-egress-proxy", daemon=True
+        )
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("the egress proxy did not start within 10 s")
+        if self._startup_error is not None:
+            self._thread.join(1)
+            self._thread = None
+            raise self._startup_error
+
+    def stop(self) -> None:
+        """Close the listener and every open connection; returns within about a second."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        if not loop.is_closed() and loop.is_running():
+            future = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
+            with contextlib.suppress(Exception):
+                future.result(timeout=1)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(loop.stop)
+        thread.join(1)
+        self._thread = None
+        if self._executor is not None:
+            # A lookup still running finishes on its own; nobody waits for its answer.
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self, ready: threading.Event) -> None:
+        loop = self._loop
+        assert loop is not None
+        asyncio.set_event_loop(loop)
+        try:
+            self._server = loop.run_until_complete(
+                asyncio.start_server(
+                    self._handle, self.host, self._requested_port, limit=MAX_HEADER_BYTES
+                )
+            )
+            self._port = int(self._server.sockets[0].getsockname()[1])
+        except BaseException as exc:
+            self._startup_error = exc
+            loop.close()
+            ready.set()
+            return
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=0.5)
+
+    # -- one client connection ----------------------------------------------------------------
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        self._writers.add(writer)
+        upstreams: list[asyncio.StreamWriter] = []
+        try:
+            await self._serve(reader, writer, upstreams)
+        except _BadRequest as exc:
+            await _send_error(writer, exc.status, str(exc))
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        except Exception:
+            logger.exception("egress proxy: unexpected error")
+        finally:
+            for w in (writer, *upstreams):
+                await _close(w)
+                self._writers.discard(w)
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def _serve(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        upstreams: list[asyncio.StreamWriter],
+    ) -> None:
+        head = await self._read_head(reader)
+        method, target, headers = _parse_request(head)
+        request_head, body_length = b"", 0
+        if method == "CONNECT":
+            host, port = _parse_authority(target, default_port=None)
+        else:
+            host, port, path = _parse_absolute_url(target)
+            request_head, body_length = _origin_request(method, host, port, path, headers)
+
+        loop = asyncio.get_running_loop()
+        try:
+            # The resolver blocks; keep it off the loop so one slow lookup stalls one request.
+            address = await loop.run_in_executor(
+                self._executor, self.policy.resolve_for_connect, host, port
+            )
+        except EgressDenied as denied:
+            self._report_denied(host, port, method, denied.decision.reason)
+            await _send_error(
+                writer,
+                403,
+                f"blocked by pandaweb egress policy: {denied.decision.reason}",
+                blocked=True,
+            )
+            return
+
+        try:
+            up_reader, up_writer = await asyncio.wait_for(
+                asyncio.open_connection(address, port, limit=MAX_HEADER_BYTES),
+                self.connect_timeout,
+            )
+        except (OSError, TimeoutError) as exc:
+            detail = "timed out" if isinstance(exc, TimeoutError) else str(exc) or repr(exc)
+            await _send_error(
+                writer, 502, f"could not connect to {_hostport(host, port)}: {detail}"
+            )
+            return
+        upstreams.append(up_writer)
+        self._writers.add(up_writer)
+        self.allowed_count += 1
+        if method == "CONNECT":
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            await self._tunnel(reader, writer, up_reader, up_writer)
+        else:
+            await self._forward(request_head, body_length, reader, writer, up_reader, up_writer)
+
+    async def _read_head(self, reader: asyncio.StreamReader) -> bytes:
+        try:
+            return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.header_timeout)
+        except asyncio.LimitOverrunError as exc:
+            raise _BadRequest("request headers are larger than 64 KiB", 431) from exc
+        except TimeoutError as exc:
+            raise _BadRequest("no complete request headers within the time limit", 408) from exc
+
+    async def _forward(
+        self,
+        request_head: bytes,
+        body_length: int,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+    ) -> None:
+        up_writer.write(request_head)
+        self.bytes_out += len(request_head)
+        remaining = body_length
+        while remaining > 0:
+            chunk = await asyncio.wait_for(reader.read(min(remaining, 65536)), self.idle_timeout)
+            if not chunk:
+                return
+            up_writer.write(chunk)
+            self.bytes_out += len(chunk)
+            remaining -= len(chunk)
+            await up_writer.drain()
+        await up_writer.drain()
+
+        try:
+            response_head = await asyncio.wait_for(
+                up_reader.readuntil(b"\r\n\r\n"), self.idle_timeout
+            )
+        except asyncio.LimitOverrunError as exc:
+            raise _BadRequest("the origin's response headers are larger than 64 KiB", 502) from exc
+        except TimeoutError as exc:
+            raise _BadRequest("the origin sent no response in time", 504) from exc
+        except asyncio.IncompleteReadError as exc:
+            raise _BadRequest("the origin closed the connection without a response", 502) from exc
+        writer.write(_rewrite_response_head(response_head))
+        self.bytes_in += len(response_head)
+        await writer.drain()
+        # Only the origin's bytes flow from here: anything else the client sends on this
+        # connection is not relayed, because it could be addressed to another host.
+        await self._pipe(up_reader, writer, inbound=True)
+
+    async def _tunnel(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+    ) -> None:
+        pipes = [
+            asyncio.ensure_future(self._pipe(reader, up_writer, inbound=False)),
+            asyncio.ensure_future(self._pipe(up_reader, writer, inbound=True)),
+        ]
+        try:
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for pipe in pipes:
+                pipe.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
+
+    async def _pipe(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, *, inbound: bool
+    ) -> None:
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            while True:
+                chunk = await asyncio.wait_for(source.read(65536), self.idle_timeout)
+                if not chunk:
+                    return
+                sink.write(chunk)
+                if inbound:
+                    self.bytes_in += len(chunk)
+                else:
+                    self.bytes_out += len(chunk)
+                await sink.drain()
+
+    def _report_denied(self, host: str, port: int, method: str, reason: str) -> None:
+        quiet = host_allowed(host, port, self._quiet)
+        self.denied_count += 1
+        if quiet:
+            self.quiet_denied_count += 1
+        logger.log(
+            logging.DEBUG if quiet else logging.INFO,
+            "egress refused: %s %s: %s",
+            method,
+            _hostport(normalize_host(host), port),
+            reason,
+        )
+        attempt = DeniedAttempt(
+            host=normalize_host(host),
+            port=port,
+            method=method,
+            reason=reason,
+            at=datetime.now(UTC),
+            quiet=quiet,
+        )
+        try:
+            self._on_denied(attempt)
+        except Exception:
+            # A broken listener must not turn into an open (or dead) proxy.
+            logger.exception("egress proxy: on_denied raised")
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP parsing (deliberately strict: anything ambiguous is a 400, never a guess)
+
+
+def _parse_request(head: bytes) -> tuple[str, str, list[tuple[str, str]]]:
+    try:
+        text = head.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise _BadRequest("the request head is not ASCII") from exc
+    request_line, *header_lines = text[:-4].split("\r\n")
+    parts = request_line.split(" ")
+    if len(parts) != 3:
+        raise _BadRequest("malformed request line")
+    method, target, version = parts
+    if not _TOKEN.match(method) or version not in ("HTTP/1.1", "HTTP/1.0") or not target:
+        raise _BadRequest("malformed request line")
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in target):
+        raise _BadRequest("malformed request target")
+    headers: list[tuple[str, str]] = []
+    for line in header_lines:
+        name, sep, value = line.partition(":")
+        if not sep or not _TOKEN.match(name):
+            raise _BadRequest("malformed header line")
+        value = value.strip(" \t")
+        if any(ord(ch) < 0x20 and ch != "\t" for ch in value):
+            raise _BadRequest("malformed header value")
+        headers.append((name, value))
+    return method, target, headers
+
+
+def _parse_authority(authority: str, *, default_port: int | None) -> tuple[str, int]:
+    if not authority or "@" in authority or "\\" in authority:
+        # userinfo (allowed.com@evil.com) is the classic way to make two parsers disagree.
+        raise _BadRequest("malformed host in the request")
+    port_text: str | None
+    if authority.startswith("["):
+        host, sep, rest = authority[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise _BadRequest("malformed IPv6 host in the request")
+        port_text = rest[1:] if rest else None
+    elif authority.count(":") == 1:
+        host, port_text = authority.split(":")
+    elif ":" in authority:
+        raise _BadRequest("IPv6 hosts must be written in brackets")
+    else:
+        host, port_text = authority, None
+    if not host:
+        raise _BadRequest("the request names no host")
+    if port_text is None:
+        if default_port is None:
+            raise _BadRequest("CONNECT needs host:port")
+        return host, default_port
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise _BadRequest("malformed port in the request")
+    return host, int(port_text)
+
+
+def _parse_absolute_url(target: str) -> tuple[str, int, str]:
+    if target[:7].lower() != "http://":
+        raise _BadRequest("a proxy request needs an absolute http:// URL (use CONNECT for https)")
+    rest = target[7:]
+    cut = len(rest)
+    for sep in "/?#":
+        index = rest.find(sep)
+        if index != -1:
+            cut = min(cut, index)
+    authority, path = rest[:cut], rest[cut:]
+    host, port = _parse_authority(authority, default_port=80)
+    path = path.partition("#")[0]
+    if not path.startswith("/"):
+        path = "/" + path
+    return host, port, path
+
+
+def _origin_request(
+    method: str, host: str, port: int, path: str, headers: list[tuple[str, str]]
+) -> tuple[bytes, int]:
+    """The request head to send to the origin (origin-form, no hop-by-hop headers), body length."""
+    connection_tokens = _connection_tokens(headers)
+    body_length = 0
+    # The origin sees the host that was vetted, whatever Host header the client sent.
+    lines = [
+        f"{method} {path} HTTP/1.1",
+        f"Host: {_bracket(host) if port == 80 else _hostport(host, port)}",
+    ]
+    for name, value in headers:
+        lower = name.lower()
+        if lower in _HOP_BY_HOP or lower in connection_tokens or lower.startswith("proxy-"):
+            continue
+        if lower == "host":
+            continue
+        if lower == "transfer-encoding":
+            # Browsers do not stream request bodies over HTTP/1.1; refusing is simpler than
+            # parsing chunks just to find where one request ends.
+            raise _BadRequest("chunked request bodies are not supported", 411)
+        if lower == "content-length":
+            if not value.isdigit() or (body_length and int(value) != body_length):
+                raise _BadRequest("malformed Content-Length")
+            body_length = int(value)
+        lines.append(f"{name}: {value}")
+    lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"), body_length
+
+
+def _connection_tokens(headers: list[tuple[str, str]]) -> set[str]:
+    tokens: set[str] = set()
+    for name, value in headers:
+        if name.lower() in ("connection", "proxy-connection"):
+            tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
+    return tokens
+
+
+def _rewrite_response_head(head: bytes) -> bytes:
+    lines = head[:-4].split(b"\r\n")
+    status_line, header_lines = lines[0], lines[1:]
+    if status_line[9:10] == b"1":
+        # An interim 1xx head is followed by the real one, which is relayed as the origin sent it.
+        return head
+    parsed = [(line.partition(b":")[0].strip().lower(), line) for line in header_lines]
+    tokens: set[bytes] = set()
+    for name, line in parsed:
+        if name == b"connection":
+            value = line.partition(b":")[2]
+            tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    kept = [
+        line
+        for name, line in parsed
+        if name.decode("latin-1") not in _HOP_BY_HOP and name not in tokens
+    ]
+    # One request per client connection (see EgressProxy): tell the client not to reuse it.
+    return b"\r\n".join([status_line, *kept, b"Connection: close"]) + b"\r\n\r\n"
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    # close() lets buffered bytes (the tail of a response) reach the peer first; abort() is the
+    # fallback for a peer that stops reading.
+    writer.close()
+    try:
+        await asyncio.wait_for(writer.wait_closed(), 2)
+    except (TimeoutError, ConnectionError, OSError, asyncio.CancelledError):
+        writer.transport.abort()
+
+
+async def _send_error(
+    writer: asyncio.StreamWriter, status: int, message: str, *, blocked: bool = False
+) -> None:
+    body = (message + "\n").encode("utf-8")
+    head = [
+        f"HTTP/1.1 {status} {_STATUS_TEXT.get(status, 'Error')}",
+        "Content-Type: text/plain; charset=utf-8",
+        f"Content-Length: {len(body)}",
+        "Connection: close",
+    ]
+    if blocked:
+        head.append("X-Pandaweb-Blocked: 1")
+    with contextlib.suppress(ConnectionError, RuntimeError):
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("ascii") + body)
+        await asyncio.wait_for(writer.drain(), 5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chromium
+
+
+def chromium_proxy_args(proxy_url: str) -> list[str]:
+    """Chromium switches that send all of the browser's traffic through ``proxy_url``.
+
+    Each switch was checked against Chromium 156 with a loopback portal, a loopback sink and a
+    page that also loads an unlisted IP, an unlisted name and opens a WebRTC connection.
+    """
+    proxy_host = _bracket(urlsplit(proxy_url).hostname or "")
+    return [
+        f"--proxy-server={proxy_url}",
+        # Chromium never proxies localhost/127.0.0.0/8/[::1] unless told so; "<-loopback>" removes
+        # that implicit bypass. Without it the loopback portal was fetched directly (the proxy
+        # counted no request), so a page could reach the machine's own services unchecked.
+        "--proxy-bypass-list=<-loopback>",
+        # HTTP/3 runs over UDP, which an HTTP proxy does not carry.
+        "--disable-quic",
+        # Proxied names are handed to the proxy unresolved anyway; this is the second line: any
+        # connection that would skip the proxy fails to resolve, IP literals included (with the
+        # loopback bypass left on, the unlisted 127.0.0.9 still got nothing). The rule covers
+        # IP literals, so the proxy's own address must be excluded or nothing loads.
+        f"--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE {proxy_host}",
+        # WebRTC sends STUN/TURN over UDP straight to the network: without this switch a page's
+        # RTCPeerConnection sent UDP packets to an unlisted address around the proxy.
+        "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    ]

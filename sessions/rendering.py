@@ -1,0 +1,57 @@
+"""HTML fragments of a run page, for the first render and for live updates alike."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from django.template.loader import render_to_string
+
+from sessions.models import Run, RunEvent, StepResult
+
+
+class Fragment(TypedDict):
+    target: str
+    html: str
+
+
+def side_html(run: Run) -> str:
+    return render_to_string(
+        "sessions/partials/_run_side.html", {"run": run, "artifacts": run.artifacts.all()}
+    )
+
+
+def header_html(run: Run) -> str:
+    return render_to_string("sessions/partials/_run_header.html", {"run": run})
+
+
+def step_html(step: StepResult) -> str:
+    return render_to_string("sessions/partials/_step.html", {"step": step, "run": step.run})
+
+
+def denial_html(event: RunEvent) -> str:
+    return render_to_string("sessions/partials/_denial.html", {"event": event})
+
+
+def fragments_for(event: RunEvent) -> list[Fragment]:
+    """What changes on the run page when ``event`` happens (idempotent by element id)."""
+    run = Run.objects.select_related("workflow", "version", "launched_by").get(pk=event.run_id)
+    fragments: list[Fragment] = [
+        {"target": "#run-header", "html": header_html(run)},
+        {"target": "#run-side", "html": side_html(run)},
+    ]
+    if event.type == "step":
+        step = (
+            StepResult.objects.select_related("run")
+            .filter(pk=event.payload.get("step_result"))
+            .first()
+        )
+        if step is not None:
+            fragments.append({"target": "#timeline", "html": step_html(step)})
+    elif event.type == "egress_denied":
+        fragments.append({"target": "#denials", "html": denial_html(event)})
+    return fragments
+
+
+def message_for(event: RunEvent) -> dict[str, Any]:
+    run_final = Run.objects.filter(pk=event.run_id, status__in=Run.FINAL).exists()
+    return {"seq": event.seq, "fragments": fragments_for(event), "final": run_final}

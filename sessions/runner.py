@@ -1,0 +1,648 @@
+"""The step runner: drives a sandboxed browser over CDP through a published workflow (no Django).
+
+For every step it acts, then observes the page, screenshots it (secret fields masked), times it,
+and hands a :class:`StepRecord` to the caller's sink, which persists and publishes it. The page
+observed after one step is what the next step acts on, so each record carries the "after" view
+and the previous record the "before" view.
+
+Secrets are substituted at the last moment and typed by code. They never appear in a record:
+sentences say "a secret", observations and screenshots are masked, error texts are scrubbed.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import hashlib
+import hmac
+import re
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from playwright.sync_api import Browser, BrowserContext, Download, Locator, Page, sync_playwright
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from sessions import observation as observing
+from workflows.schema import (
+    STEP_ADAPTER,
+    AssertStep,
+    CheckStep,
+    ClickStep,
+    CompareCheck,
+    CountCheck,
+    DownloadStep,
+    ExtractField,
+    ExtractStep,
+    FillStep,
+    GotoStep,
+    LoginStep,
+    PressStep,
+    ScreenshotStep,
+    SelectStep,
+    StepBase,
+    Target,
+    TextCheck,
+    UncheckStep,
+    UrlCheck,
+    WaitForStep,
+    describe_step,
+    references,
+)
+
+MASK = "••••"
+
+
+class StepFailed(Exception):
+    """A step could not do what it says; the message is for people."""
+
+
+@dataclass(frozen=True)
+class ArtifactFile:
+    name: str
+    filename: str
+    path: Path
+    sha256: str
+    size: int
+
+
+@dataclass
+class StepRecord:
+    index: int
+    step_id: str
+    step_type: str
+    sentence: str
+    status: Literal["succeeded", "failed", "blocked"]
+    started_at: datetime
+    duration_ms: int
+    url: str = ""
+    title: str = ""
+    error: str = ""
+    observation: dict[str, Any] | None = None
+    observation_chars: int = 0
+    observation_tokens: int = 0
+    screenshot_png: bytes | None = None
+    overlay_png: bytes | None = None
+    thumbnail_jpeg: bytes | None = None
+    outputs: dict[str, Any] = field(default_factory=dict)
+    artifacts: list[ArtifactFile] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    steps: list[dict[str, Any]]
+    inputs: dict[str, Any]
+    # credential name → its decrypted fields; only ever held in memory by the runner.
+    secrets: dict[str, dict[str, str]]
+    step_budget: int
+    deadline: float  # time.time() after which the run has expired
+    artifacts_dir: Path
+    start_index: int = 0
+    outputs: dict[str, Any] = field(default_factory=dict)
+    approved_index: int | None = None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    status: Literal["succeeded", "failed", "approval_required", "cancelled", "expired"]
+    reason: str = ""
+    failed_step: str = ""
+    next_index: int = 0
+    outputs: dict[str, Any] = field(default_factory=dict)
+    steps_executed: int = 0
+
+
+class RunSink(Protocol):
+    def step_finished(self, record: StepRecord) -> None: ...
+
+    def stop_reason(self) -> str | None:
+        """A reason to stop before the next step (the run was cancelled), or None."""
+
+
+def totp_code(seed: str, *, at: float | None = None, digits: int = 6, period: int = 30) -> str:
+    """RFC 6238 code for a base32 seed (SHA-1, the portals' default)."""
+    key = base64.b32decode(seed.upper() + "=" * (-len(seed) % 8))
+    counter = int((time.time() if at is None else at) // period)
+    digest = hmac.new(key, struct.pack(">Q", counter), hashlib.sha1).digest()
+    offset = digest[-1] & 0x0F
+    number = struct.unpack(">I", digest[offset : offset + 4])[0] & 0x7FFFFFFF
+    return str(number % 10**digits).zfill(digits)
+
+
+class Runner:
+    def __init__(self, plan: RunPlan, sink: RunSink) -> None:
+        self.plan = plan
+        self.sink = sink
+        self.outputs: dict[str, Any] = dict(plan.outputs)
+        self.secret_values = sorted(
+            {v for fields in plan.secrets.values() for v in fields.values() if v},
+            key=len,
+            reverse=True,
+        )
+        self._pages: list[Page] = []
+        self._notes: list[str] = []
+
+    # The loop ------------------------------------------------------------------------------
+
+    def run(self, cdp_url: str) -> RunOutcome:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.connect_over_cdp(cdp_url, timeout=15_000)
+            try:
+                return self._run(browser)
+            finally:
+                # Disconnect only: the sandbox owns the browser and may outlive this task.
+                browser.close()
+
+    def _run(self, browser: Browser) -> RunOutcome:
+        context = browser.contexts[0] if browser.contexts else browser.new_context()
+        self._watch(context)
+        executed = 0
+        index = self.plan.start_index
+        for index in range(self.plan.start_index, len(self.plan.steps)):
+            step = STEP_ADAPTER.validate_python(self.plan.steps[index])
+            assert isinstance(step, StepBase)
+            stop = self.sink.stop_reason()
+            if stop:
+                return self._outcome("cancelled", stop, index, executed)
+            if time.time() >= self.plan.deadline:
+                return self._outcome(
+                    "expired", "the run's time limit was reached", index, executed, step
+                )
+            if executed >= self.plan.step_budget:
+                return self._outcome(
+                    "failed",
+                    f"the step budget of {self.plan.step_budget} steps was reached",
+                    index,
+                    executed,
+                    step,
+                )
+            if step.irreversible and index != self.plan.approved_index:
+                return self._outcome(
+                    "approval_required",
+                    f"step {index + 1} '{step.id}' is irreversible and needs approval",
+                    index,
+                    executed,
+                    step,
+                )
+            record = self._execute(context, index, step)
+            executed += 1
+            self.sink.step_finished(record)
+            if record.status == "failed":
+                return self._outcome("failed", record.error, index, executed, step)
+        return self._outcome("succeeded", "", len(self.plan.steps), executed)
+
+    def _outcome(
+        self,
+        status: Literal["succeeded", "failed", "approval_required", "cancelled", "expired"],
+        reason: str,
+        index: int,
+        executed: int,
+        step: StepBase | None = None,
+    ) -> RunOutcome:
+        return RunOutcome(
+            status=status,
+            reason=reason,
+            failed_step=step.id if step is not None and status != "succeeded" else "",
+            next_index=index,
+            outputs=dict(self.outputs),
+            steps_executed=executed,
+        )
+
+    def _watch(self, context: BrowserContext) -> None:
+        self._pages = [p for p in context.pages if not p.is_closed()] or [context.new_page()]
+        for page in self._pages:
+            page.on("dialog", self._dialog)
+        context.on("page", self._new_page)
+
+    def _new_page(self, page: Page) -> None:
+        # A click that opens a tab moves the robot to it, as it would a person.
+        self._pages.append(page)
+        # A confirm() the workflow did not plan for is declined: never say yes on our behalf.
+        page.on("dialog", self._dialog)
+
+    def _dialog(self, dialog: Any) -> None:
+        self._notes.append(f"a {dialog.type} dialog said '{dialog.message[:200]}' — dismissed")
+        dialog.dismiss()
+
+    @property
+    def page(self) -> Page:
+        open_pages = [p for p in self._pages if not p.is_closed()]
+        if not open_pages:
+            raise StepFailed("the browser has no open page (it was closed or crashed)")
+        return open_pages[-1]
+
+    # One step ------------------------------------------------------------------------------
+
+    def _execute(self, context: BrowserContext, index: int, step: StepBase) -> StepRecord:
+        started = datetime.now(UTC)
+        clock = time.monotonic()
+        self._notes = []
+        record = StepRecord(
+            index=index,
+            step_id=step.id,
+            step_type=step.type,  # type: ignore[attr-defined]
+            sentence=describe_step(step),
+            status="succeeded",
+            started_at=started,
+            duration_ms=0,
+        )
+        timeout = self._timeout(step)
+        try:
+            self._act(step, record, timeout)
+        except StepFailed as exc:
+            record.status = "failed"
+            record.error = self._scrub(str(exc))
+        except PlaywrightTimeout as exc:
+            record.status = "failed"
+            record.error = self._scrub(self._explain_timeout(step, exc))
+        except PlaywrightError as exc:
+            record.status = "failed"
+            record.error = self._scrub(_first_line(str(exc)))
+        if self._notes:
+            note = "; ".join(self._notes)
+            record.error = f"{record.error} ({note})" if record.error else note
+        self._capture(record)
+        record.duration_ms = int((time.monotonic() - clock) * 1000)
+        return record
+
+    def _timeout(self, step: StepBase) -> float:
+        remaining_ms = (self.plan.deadline - time.time()) * 1000
+        return max(100.0, min(float(step.timeout_ms), remaining_ms))
+
+    def _capture(self, record: StepRecord) -> None:
+        try:
+            page = self.page
+            page.wait_for_load_state("domcontentloaded", timeout=5_000)
+        except (StepFailed, PlaywrightError):
+            return
+        try:
+            record.url = page.url
+            record.title = page.title()
+            seen = observing.observe(page, secret_values=self.secret_values)
+            record.observation = seen.to_dict()
+            record.observation_chars = seen.size_chars
+            record.observation_tokens = seen.token_estimate
+            masks = observing.secret_locators(page, self.secret_values)
+            record.screenshot_png = page.screenshot(type="png", mask=masks, timeout=10_000)
+            record.overlay_png = observing.overlay(record.screenshot_png, seen.elements)
+            record.thumbnail_jpeg = observing.thumbnail(record.screenshot_png)
+        except PlaywrightError as exc:
+            # Evidence that cannot be taken is said so, never faked.
+            note = f"evidence incomplete: {_first_line(str(exc))}"
+            record.error = f"{record.error}; {note}" if record.error else note
+
+    # Actions -------------------------------------------------------------------------------
+
+    def _act(self, step: StepBase, record: StepRecord, timeout: float) -> None:
+        page = self.page
+        if isinstance(step, GotoStep):
+            response = page.goto(self._text(step.url), wait_until="load", timeout=timeout)
+            if response is not None and response.headers.get("x-pandaweb-blocked"):
+                raise StepFailed(f"{step.url} is blocked by the egress policy")
+            if response is not None and response.status >= 400:
+                raise StepFailed(f"{page.url} answered HTTP {response.status}")
+        elif isinstance(step, ClickStep):
+            self._locate(page, step.target).click(timeout=timeout)
+            self._settle(page)
+        elif isinstance(step, FillStep):
+            self._locate(page, step.target).fill(
+                self._text(step.value, secrets=True), timeout=timeout
+            )
+        elif isinstance(step, SelectStep):
+            self._select(page, step, timeout)
+        elif isinstance(step, CheckStep):
+            self._locate(page, step.target).check(timeout=timeout)
+        elif isinstance(step, UncheckStep):
+            self._locate(page, step.target).uncheck(timeout=timeout)
+        elif isinstance(step, PressStep):
+            if step.target is not None:
+                self._locate(page, step.target).press(step.key, timeout=timeout)
+            else:
+                page.keyboard.press(step.key)
+            self._settle(page)
+        elif isinstance(step, WaitForStep):
+            self._wait(page, step, timeout)
+        elif isinstance(step, ExtractStep):
+            for extract in step.fields:
+                value = self._extract(page, extract, timeout)
+                self.outputs[extract.name] = value
+                record.outputs[extract.name] = value
+        elif isinstance(step, AssertStep):
+            failures = [f for f in (self._check(page, c) for c in step.checks) if f]
+            if failures:
+                raise StepFailed("; ".join(failures))
+        elif isinstance(step, ScreenshotStep):
+            png = page.screenshot(
+                type="png",
+                full_page=step.full_page,
+                mask=observing.secret_locators(page, self.secret_values),
+                timeout=timeout,
+            )
+            record.artifacts.append(self._save(step.name, f"{step.name}.png", png))
+            self.outputs[step.name] = f"{step.name}.png"
+        elif isinstance(step, DownloadStep):
+            with page.expect_download(timeout=timeout) as download_info:
+                self._locate(page, step.target).click(timeout=timeout)
+            artifact = self._save_download(step.name, download_info.value)
+            record.artifacts.append(artifact)
+            self.outputs[step.name] = artifact.filename
+        elif isinstance(step, LoginStep):
+            fields = self.plan.secrets.get(step.credential)
+            if not fields or "username" not in fields or "password" not in fields:
+                raise StepFailed(f"credential '{step.credential}' is not available to this run")
+            self._locate(page, step.username).fill(fields["username"], timeout=timeout)
+            self._locate(page, step.password).fill(fields["password"], timeout=timeout)
+            self._locate(page, step.submit).click(timeout=timeout)
+            self._settle(page)
+        else:  # pragma: no cover - the schema has no other step types
+            raise StepFailed(f"unknown step type {type(step).__name__}")
+
+    def _settle(self, page: Page) -> None:
+        # A click may navigate or open a tab; let the new document load before observing it.
+        try:
+            self.page.wait_for_load_state("load", timeout=10_000)
+        except PlaywrightError:
+            return
+
+    def _select(self, page: Page, step: SelectStep, timeout: float) -> None:
+        element = self._locate(page, step.target)
+        option = self._text(step.option)
+        tag = element.evaluate("e => e.tagName", timeout=timeout)
+        if str(tag).lower() == "select":
+            element.select_option(label=option, timeout=timeout)
+            return
+        # A custom dropdown: open it, then choose the option by its accessible name.
+        element.click(timeout=timeout)
+        choice = page.get_by_role("option", name=option, exact=True)
+        if choice.count() == 0:
+            raise StepFailed(f"the dropdown {step.target.describe()} has no option '{option}'")
+        choice.first.click(timeout=timeout)
+
+    def _wait(self, page: Page, step: WaitForStep, timeout: float) -> None:
+        if step.target is not None:
+            self._locate(page, step.target).wait_for(state=step.state, timeout=timeout)
+        elif step.url is not None:
+            pattern = self._text(step.url)
+            try:
+                page.wait_for_url(pattern, timeout=timeout)
+            except PlaywrightTimeout:
+                raise StepFailed(
+                    f"the address did not come to match {pattern} (it is {page.url})"
+                ) from None
+        elif step.text is not None:
+            text = self._text(step.text)
+            try:
+                page.get_by_text(text).first.wait_for(state="visible", timeout=timeout)
+            except PlaywrightTimeout:
+                raise StepFailed(f"the page did not show '{text}' on {page.url}") from None
+        else:
+            page.wait_for_load_state("networkidle", timeout=timeout)
+
+    def _extract(self, page: Page, extract: ExtractField, timeout: float) -> Any:
+        element = self._locate(page, extract.target)
+        if extract.kind == "rows":
+            rows = []
+            for row in element.all():
+                rows.append(
+                    {
+                        name: _clean(self._locate(row, target).first.inner_text(timeout=timeout))
+                        for name, target in (extract.columns or {}).items()
+                    }
+                )
+            return rows
+        if extract.kind == "attribute":
+            value = element.get_attribute(str(extract.attribute), timeout=timeout)
+            if value is None:
+                raise StepFailed(
+                    f"{extract.target.describe()} has no attribute '{extract.attribute}'"
+                )
+            return value
+        text = _clean(element.inner_text(timeout=timeout))
+        if extract.kind == "text":
+            return text
+        if extract.kind in ("number", "money"):
+            return str(_parse_number(text, extract.name))
+        return _parse_date(text, extract.date_format, extract.name)
+
+    def _check(self, page: Page, check: Any) -> str | None:
+        if isinstance(check, TextCheck):
+            present = page.get_by_text(check.text).count() > 0
+            if check.kind == "text_present" and not present:
+                return f"the page does not show '{check.text}' ({page.url})"
+            if check.kind == "text_absent" and present:
+                return f"the page shows '{check.text}' ({page.url})"
+            return None
+        if isinstance(check, UrlCheck):
+            if not _glob_match(page.url, check.pattern):
+                return f"the address {page.url} does not match {check.pattern}"
+            return None
+        if isinstance(check, CountCheck):
+            count = self._locate(page, check.target, strict=False).count()
+            if not _compare(count, check.op, check.count):
+                return (
+                    f"found {count} of {check.target.describe()}, expected {check.op} {check.count}"
+                )
+            return None
+        assert isinstance(check, CompareCheck)
+        left, right = self._operand(check.left), self._operand(check.right)
+        if not _compare(left, check.op, right):
+            return f"{check.left} ({left}) {check.op} {check.right} ({right}) is not true"
+        return None
+
+    def _operand(self, text: str) -> Any:
+        namespace, _, name = text.partition(".")
+        if namespace == "outputs" and name in self.outputs:
+            return self.outputs[name]
+        if namespace == "params" and name in self.plan.inputs:
+            return self.plan.inputs[name]
+        if namespace in ("outputs", "params"):
+            raise StepFailed(f"{text} has no value in this run")
+        return text
+
+    # Targets, text and files -----------------------------------------------------------------
+
+    def _locate(self, scope: Page | Locator, target: Target, *, strict: bool = True) -> Locator:
+        base: Any = scope
+        for frame in target.frame:
+            base = base.frame_locator(frame)
+        if target.role:
+            name = self._text(target.name) if target.name else None
+            locator = base.get_by_role(target.role, name=name, exact=target.exact)
+        elif target.label:
+            locator = base.get_by_label(self._text(target.label), exact=target.exact)
+        elif target.placeholder:
+            locator = base.get_by_placeholder(self._text(target.placeholder), exact=target.exact)
+        elif target.text:
+            locator = base.get_by_text(self._text(target.text), exact=target.exact)
+        elif target.test_id:
+            locator = base.get_by_test_id(target.test_id)
+        else:
+            locator = base.locator(str(target.css))
+        if target.nth is not None:
+            return locator.nth(target.nth)
+        if not strict:
+            return locator
+        count = locator.count()
+        if count > 1:
+            raise StepFailed(
+                f"{count} elements match {target.describe()} on {self.page.url}; "
+                "make the target more exact or add nth"
+            )
+        return locator
+
+    def _explain_timeout(self, step: StepBase, exc: PlaywrightTimeout) -> str:
+        for target in step.targets():
+            try:
+                if self._locate(self.page, target, strict=False).count() == 0:
+                    return f"no {_noun(target)} on {self.page.url}"
+            except (PlaywrightError, StepFailed):
+                continue
+        return f"gave up after {step.timeout_ms} ms: {_first_line(str(exc))}"
+
+    def _text(self, template: str, *, secrets: bool = False) -> str:
+        def value(namespace: str, name: str, sub: str | None) -> str:
+            if namespace == "params":
+                return _plain(self.plan.inputs.get(name, ""))
+            if namespace == "outputs":
+                return _plain(self.outputs.get(name, ""))
+            if not secrets:
+                raise StepFailed("secrets may only be typed into fields")
+            fields = self.plan.secrets.get(name, {})
+            if sub == "code" and "seed" in fields:
+                return totp_code(fields["seed"])
+            if sub is None or sub not in fields:
+                raise StepFailed(f"credential '{name}' has no field '{sub}' in this run")
+            return fields[sub]
+
+        references(template)  # refuses anything that is not a plain reference
+        return re.sub(
+            r"\{\{\s*(params|secrets|outputs)\.([a-z][a-z0-9_-]*)(?:\.([a-z_]+))?\s*\}\}",
+            lambda m: value(m.group(1), m.group(2), m.group(3)),
+            template,
+        )
+
+    def _scrub(self, text: str) -> str:
+        for secret in self.secret_values:
+            text = text.replace(secret, MASK)
+        return text
+
+    def _save(self, name: str, filename: str, content: bytes) -> ArtifactFile:
+        directory = self.plan.artifacts_dir
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / _safe_filename(filename)
+        path.write_bytes(content)
+        return ArtifactFile(
+            name=name,
+            filename=path.name,
+            path=path,
+            sha256=hashlib.sha256(content).hexdigest(),
+            size=len(content),
+        )
+
+    def _save_download(self, name: str, download: Download) -> ArtifactFile:
+        directory = self.plan.artifacts_dir
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / _safe_filename(download.suggested_filename or name)
+        download.save_as(path)
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 16), b""):
+                digest.update(chunk)
+        return ArtifactFile(
+            name=name,
+            filename=path.name,
+            path=path,
+            sha256=digest.hexdigest(),
+            size=path.stat().st_size,
+        )
+
+
+def _noun(target: Target) -> str:
+    if target.role:
+        return f"{target.role} named '{target.name}'" if target.name else target.role
+    if target.label:
+        return f"field labelled '{target.label}'"
+    if target.placeholder:
+        return f"field with placeholder '{target.placeholder}'"
+    if target.text:
+        return f"text '{target.text}'"
+    if target.test_id:
+        return f"element with test id '{target.test_id}'"
+    return f"element matching {target.css}"
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "unknown error"
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _plain(value: Any) -> str:
+    return str(value) if value is not None else ""
+
+
+def _parse_number(text: str, name: str) -> Decimal:
+    # "EUR 1,234.50", "1.234,50 €", "-12.00": keep the digits and the last decimal separator.
+    digits = re.sub(r"[^\d,.\-]", "", text)
+    if "," in digits and "." in digits:
+        decimal_sep = "," if digits.rfind(",") > digits.rfind(".") else "."
+        thousands = "." if decimal_sep == "," else ","
+        digits = digits.replace(thousands, "").replace(decimal_sep, ".")
+    elif "," in digits:
+        head, _, tail = digits.rpartition(",")
+        digits = f"{head.replace(',', '')}.{tail}" if len(tail) != 3 else digits.replace(",", "")
+    try:
+        return Decimal(digits)
+    except InvalidOperation:
+        raise StepFailed(f"'{text}' is not a number (extracting {name})") from None
+
+
+def _parse_date(text: str, date_format: str | None, name: str) -> str:
+    formats = (
+        [date_format]
+        if date_format
+        else ["%Y-%m-%d", "%d %b %Y", "%d.%m.%Y", "%d/%m/%Y", "%b %d, %Y"]
+    )
+    for candidate in formats:
+        try:
+            return datetime.strptime(text, candidate).date().isoformat()
+        except ValueError:
+            continue
+    raise StepFailed(f"'{text}' is not a date (extracting {name})")
+
+
+def _glob_match(url: str, pattern: str) -> bool:
+    # Playwright-style globs: ** crosses slashes; fnmatch's * already does, so both map to it.
+    return fnmatch.fnmatchcase(url, pattern.replace("**", "*"))
+
+
+def _compare(left: Any, op: str, right: Any) -> bool:
+    if op == "contains":
+        return str(right) in str(left)
+    try:
+        a: Any = Decimal(str(left).replace(",", ""))
+        b: Any = Decimal(str(right).replace(",", ""))
+    except InvalidOperation:
+        a, b = str(left), str(right)
+    operations: dict[str, Callable[[Any, Any], bool]] = {
+        "==": lambda x, y: x == y,
+        "!=": lambda x, y: x != y,
+        "<": lambda x, y: x < y,
+        "<=": lambda x, y: x <= y,
+        ">": lambda x, y: x > y,
+        ">=": lambda x, y: x >= y,
+    }
+    return operations[op](a, b)
+
+
+def _safe_filename(name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "file"
+    return cleaned[:200]

@@ -1,0 +1,594 @@
+"""Every state change of a run: one transaction, the run row locked, one audit event, one
+RunEvent. The run's state machine lives here and nowhere else."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import queue
+import secrets
+import socket
+import threading
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import IntegrityError, connections, transaction
+from django.utils import timezone
+
+from pandaweb.audit.models import AuditEvent
+from pandaweb.audit.services import audit_record
+from pandaweb.core.dispatch import dispatch
+from sessions.events import publish_run_events
+from sessions.models import Artifact, Run, RunEvent, StepResult
+from workflows.models import Credential, Workflow, WorkflowVersion
+from workflows.schema import Parameter
+from workflows.services import vault
+
+logger = logging.getLogger(__name__)
+
+S = Run.Status
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.QUEUED: frozenset({S.STARTING, S.CANCELLED, S.FAILED}),
+    S.STARTING: frozenset({S.RUNNING, S.FAILED, S.CANCELLED, S.INTERRUPTED, S.EXPIRED}),
+    S.RUNNING: frozenset(
+        {S.AWAITING_APPROVAL, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.EXPIRED, S.INTERRUPTED}
+    ),
+    S.AWAITING_APPROVAL: frozenset({S.RUNNING, S.CANCELLED, S.EXPIRED, S.FAILED, S.INTERRUPTED}),
+}
+
+
+class RunError(Exception):
+    def __init__(self, message: str, field_errors: dict[str, list[str]] | None = None) -> None:
+        super().__init__(message)
+        self.field_errors = field_errors or {}
+
+
+class TransitionRefused(RunError):
+    pass
+
+
+# Locks, events, transitions -----------------------------------------------------------------
+
+
+def _lock_run(run_id: int) -> Run:
+    return Run.objects.select_for_update().get(pk=run_id)
+
+
+def _event(run: Run, type: str, payload: Mapping[str, Any]) -> RunEvent:
+    """Append an event to a locked run (the caller saves ``run``)."""
+    run.last_event_seq += 1
+    event = RunEvent.objects.create(
+        run=run, seq=run.last_event_seq, type=type, payload=dict(payload)
+    )
+    publish_run_events(run.pk, event.seq)
+    return event
+
+
+def _transition(
+    run: Run,
+    to: str,
+    *,
+    actor: User | None = None,
+    reason: str = "",
+    audit_extra: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> Run:
+    """Move a locked run to ``to`` if the state machine allows it, with its event and audit."""
+    if to not in TRANSITIONS.get(run.status, frozenset()):
+        raise TransitionRefused(f"a {run.get_status_display().lower()} run cannot become {to}")
+    before = run.status
+    run.status = to
+    for name, value in fields.items():
+        setattr(run, name, value)
+    if to in Run.FINAL:
+        run.finished_at = timezone.now()
+        if reason and not run.failure_reason:
+            run.failure_reason = reason
+    _event(run, "status", {"from": before, "to": to, "reason": reason})
+    run.save()
+    audit_record(
+        action=f"run.{to}",
+        object_type="run",
+        object_id=run.pk,
+        actor=actor,
+        actor_kind=None if actor else AuditEvent.ActorKind.RUNNER,
+        before={"status": before},
+        after={"status": to, **({"reason": reason} if reason else {})},
+        run_id=run.pk,
+        extra=audit_extra,
+    )
+    return run
+
+
+# Launch ---------------------------------------------------------------------------------------
+
+
+def coerce_inputs(version: WorkflowVersion, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Typed launch values as JSON-safe strings (money keeps its two decimals)."""
+    document = version.document or {}
+    errors: dict[str, list[str]] = {}
+    values: dict[str, Any] = {}
+    for data in document.get("parameters", []):
+        parameter = Parameter.model_validate(data)
+        try:
+            value = parameter.coerce(raw.get(parameter.name))
+        except ValueError as exc:
+            errors.setdefault(parameter.name, []).append(str(exc))
+            continue
+        values[parameter.name] = value if isinstance(value, bool | None) else str(value)
+    unknown = set(raw) - {p.get("name") for p in document.get("parameters", [])}
+    for name in sorted(unknown):
+        errors.setdefault("__all__", []).append(f"'{name}' is not a parameter of this workflow")
+    if errors:
+        raise RunError("invalid inputs", errors)
+    return values
+
+
+def run_launch(
+    *,
+    workflow_id: int,
+    user: User,
+    raw_inputs: Mapping[str, Any],
+    idempotency_key: str = "",
+) -> Run:
+    """Queue a run of the workflow's latest published version.
+
+    Idempotent per (user, key): launching again with the same key returns the same run.
+    """
+    key = idempotency_key.strip()[:100]
+    if key:
+        existing = Run.objects.filter(launched_by=user, idempotency_key=key).first()
+        if existing is not None:
+            return _same_launch(existing, workflow_id)
+    try:
+        with transaction.atomic():
+            return _launch(workflow_id=workflow_id, user=user, raw=raw_inputs, key=key)
+    except IntegrityError:
+        # Two launches with one key raced; the other one won and its run is the answer.
+        existing = Run.objects.filter(launched_by=user, idempotency_key=key).first()
+        if existing is None:
+            raise
+        return _same_launch(existing, workflow_id)
+
+
+def _same_launch(run: Run, workflow_id: int) -> Run:
+    if run.workflow_id != workflow_id:
+        raise RunError("this idempotency key was already used for another workflow")
+    return run
+
+
+def _launch(*, workflow_id: int, user: User, raw: Mapping[str, Any], key: str) -> Run:
+    workflow = Workflow.objects.select_for_update().get(pk=workflow_id)
+    if workflow.archived:
+        raise RunError("this workflow is archived")
+    version = (
+        workflow.versions.filter(status=WorkflowVersion.Status.PUBLISHED)
+        .order_by("-number")
+        .first()
+    )
+    if version is None:
+        raise RunError("this workflow has no published version yet")
+    inputs = coerce_inputs(version, raw)
+    run = Run.objects.create(
+        workflow=workflow,
+        version=version,
+        inputs=inputs,
+        idempotency_key=key,
+        launched_by=user,
+        sandbox_backend=settings.SANDBOX_BACKEND,
+    )
+    _event(run, "status", {"from": "", "to": S.QUEUED, "reason": ""})
+    run.save(update_fields=["last_event_seq"])
+    audit_record(
+        action="run.launched",
+        object_type="run",
+        object_id=run.pk,
+        actor=user,
+        after={"workflow": workflow.slug, "version": version.number, "inputs": inputs},
+        run_id=run.pk,
+    )
+    from sessions.tasks import run_execute_task
+
+    dispatch(run_execute_task, run_id=run.pk)
+    return run
+
+
+# Cancel and reap --------------------------------------------------------------------------------
+
+
+def run_cancel(*, run_id: int, user: User) -> Run:
+    """Stop a run: queued runs never start; active runs lose their sandbox at once.
+
+    Idempotent: cancelling a finished run changes nothing.
+    """
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        if run.is_final:
+            return run
+        sandbox = run.sandbox
+        _transition(
+            run, S.CANCELLED, actor=user, reason=f"cancelled by {user.get_username()}",
+            cancel_requested=True, sandbox=None,
+        )  # fmt: skip
+    if sandbox:
+        _destroy_sandbox(sandbox)
+    return run
+
+
+def run_reap(*, stale_after: timedelta | None = None) -> list[int]:
+    """Mark active runs whose worker went quiet as interrupted and destroy their sandboxes.
+
+    A run is never re-run automatically: it may have been half way through a payment.
+    """
+    if stale_after is None:
+        stale_after = timedelta(seconds=settings.RUN_HEARTBEAT_TIMEOUT_SECONDS)
+    cutoff = timezone.now() - stale_after
+    reaped = []
+    candidates = Run.objects.filter(status__in=Run.ACTIVE - {S.AWAITING_APPROVAL}).filter(
+        heartbeat_at__lt=cutoff
+    )
+    for run_id in candidates.values_list("pk", flat=True):
+        with transaction.atomic():
+            run = _lock_run(run_id)
+            if run.is_final or run.heartbeat_at is None or run.heartbeat_at >= cutoff:
+                continue
+            sandbox = run.sandbox
+            _transition(
+                run, S.INTERRUPTED,
+                reason="the worker running it stopped answering; it was not restarted",
+                sandbox=None,
+            )  # fmt: skip
+        if sandbox:
+            _destroy_sandbox(sandbox)
+        reaped.append(run_id)
+    return reaped
+
+
+def _destroy_sandbox(data: dict[str, Any]) -> None:
+    from sessions.sandbox import Sandbox, get_backend
+
+    sandbox = Sandbox.from_dict(data)
+    if sandbox.host != socket.gethostname():
+        from sessions.tasks import sandbox_destroy_task
+
+        sandbox_destroy_task.apply_async(kwargs={"sandbox": data}, queue=host_queue(sandbox.host))
+        return
+    try:
+        get_backend(sandbox.backend).destroy(sandbox)
+    except Exception:  # a sandbox that is already gone must not stop a cancel
+        logger.exception("destroying sandbox %s failed", sandbox.run_key)
+
+
+def host_queue(host: str) -> str:
+    """The Celery queue that reaches the workers of one machine (sandboxes live on one host)."""
+    return f"host.{host}"
+
+
+# Execution ----------------------------------------------------------------------------------------
+
+
+def run_files_dir(run_id: int) -> Path:
+    return Path(settings.RUN_FILES_DIR) / str(run_id)
+
+
+class _Sink:
+    """Where the runner reports. Records are persisted by a writer thread of their own: the
+    runner's thread runs Playwright's event loop, where Django refuses database calls, and
+    persistence off the runner's path keeps recording cheap."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue()
+        self._stop_reason: str | None = None
+        self._writer = threading.Thread(
+            target=self._write, name=f"run-{run_id}-writer", daemon=True
+        )
+        self._writer.start()
+
+    def step_finished(self, record: Any) -> None:
+        self._queue.put(("step", record))
+
+    def denied(self, attempt: Any) -> None:
+        # Called on the proxy's thread.
+        self._queue.put(("denial", attempt))
+
+    def stop_reason(self) -> str | None:
+        return self._stop_reason
+
+    def request_stop(self, reason: str) -> None:
+        self._stop_reason = reason
+
+    def close(self) -> None:
+        """Wait until everything reported so far is in the database."""
+        self._queue.put(None)
+        self._writer.join()
+
+    def _write(self) -> None:
+        try:
+            while (item := self._queue.get()) is not None:
+                kind, payload = item
+                try:
+                    if kind == "step":
+                        run_record_step(run_id=self.run_id, record=payload)
+                    else:
+                        run_record_denial(run_id=self.run_id, attempt=payload)
+                except Exception:
+                    logger.exception("recording %s of run %s failed", kind, self.run_id)
+        finally:
+            for conn in connections.all(initialized_only=True):
+                conn.close()
+
+
+def run_execute(*, run_id: int) -> None:
+    """Execute a queued run to its end (the body of the run task). Not re-entrant: a run that
+    is no longer queued (cancelled, or claimed by another worker) is left alone."""
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        if run.status != S.QUEUED:
+            return
+        version = run.version
+        document = version.document or {}
+        run_settings = document.get("settings", {})
+        ttl = timedelta(minutes=int(run_settings.get("run_ttl_minutes", 15)))
+        now = timezone.now()
+        _transition(
+            run, S.STARTING, worker=f"{socket.gethostname()}:{os.getpid()}",
+            heartbeat_at=now, started_at=now, deadline_at=now + ttl,
+        )  # fmt: skip
+    # Imported here: the browser machinery is only needed where runs execute.
+    from sessions.proxy import EgressPolicy, EgressProxy
+    from sessions.runner import Runner, RunPlan
+    from sessions.sandbox import SandboxError, SandboxSpec, get_backend
+
+    sink = _Sink(run_id)
+    proxy = EgressProxy(EgressPolicy(run_settings.get("allowed_hosts", [])), on_denied=sink.denied)
+    proxy.start()
+    backend = get_backend(run.sandbox_backend)
+    sandbox = None
+    beat = _Heartbeat(run_id, sink)
+    try:
+        spec = SandboxSpec(
+            run_key=f"run-{run_id}-{secrets.token_hex(4)}",
+            proxy_url=proxy.url,
+            ttl_seconds=ttl.total_seconds() + 30,
+        )
+        try:
+            sandbox = backend.create(spec)
+        except SandboxError as exc:
+            _finish(run_id, S.FAILED, f"the browser sandbox did not start: {exc}")
+            return
+        with transaction.atomic():
+            run = _lock_run(run_id)
+            if run.is_final:  # cancelled while the sandbox started
+                return
+            _transition(
+                run, S.RUNNING, sandbox=sandbox.to_dict(),
+                sandbox_ready_seconds=sandbox.ready_seconds,
+                audit_extra={"sandbox": sandbox.backend, "ready_seconds": sandbox.ready_seconds,
+                             "details": sandbox.details},
+            )  # fmt: skip
+            secrets_for_run = _secrets_for(run, run_settings.get("credentials", []))
+        beat.start()
+        plan = RunPlan(
+            steps=document.get("steps", []),
+            inputs=run.inputs,
+            secrets=secrets_for_run,
+            step_budget=int(run_settings.get("step_budget", 50)),
+            deadline=run.deadline_at.timestamp() if run.deadline_at else 0.0,
+            artifacts_dir=run_files_dir(run_id) / "artifacts",
+        )
+        try:
+            outcome = Runner(plan, sink).run(sandbox.cdp_url)
+        except Exception as exc:  # the browser died under us, or Playwright lost it
+            logger.exception("run %s crashed", run_id)
+            sink.close()
+            _finish(run_id, S.FAILED, f"the browser stopped unexpectedly: {str(exc)[:300]}")
+            return
+        sink.close()
+        status = {
+            "succeeded": S.SUCCEEDED,
+            "failed": S.FAILED,
+            "cancelled": S.CANCELLED,
+            "expired": S.EXPIRED,
+            # Approvals arrive with their own feature; until then an irreversible step fails
+            # closed instead of acting.
+            "approval_required": S.FAILED,
+        }[outcome.status]
+        reason = (
+            "approval required: " + outcome.reason
+            if outcome.status == "approval_required"
+            else outcome.reason
+        )
+        _finish(
+            run_id, status, reason, failure_step=outcome.failed_step, outputs=outcome.outputs,
+            quiet_denials=proxy.quiet_denied_count,
+        )  # fmt: skip
+    finally:
+        beat.stop()
+        if sandbox is not None:
+            _destroy_sandbox(sandbox.to_dict())
+        proxy.stop()
+        for conn in connections.all(initialized_only=True):
+            conn.close()
+
+
+def _secrets_for(run: Run, names: list[str]) -> dict[str, dict[str, str]]:
+    """Decrypt the workflow's credentials for this run; each use is audited, never the value."""
+    box = vault()
+    values = {}
+    for credential in Credential.objects.filter(name__in=names).order_by("name"):
+        values[credential.name] = box.open(credential.ciphertext)
+        audit_record(
+            action="credential.used",
+            object_type="credential",
+            object_id=credential.pk,
+            actor_kind=AuditEvent.ActorKind.RUNNER,
+            after={"name": credential.name},
+            run_id=run.pk,
+        )
+    return values
+
+
+def _finish(run_id: int, status: str, reason: str, **fields: Any) -> None:
+    quiet = fields.pop("quiet_denials", 0)
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        if run.is_final:
+            return
+        if status == S.SUCCEEDED:
+            reason = ""
+        outputs = fields.pop("outputs", None)
+        if outputs is not None:
+            run.outputs = outputs
+        if quiet:
+            _event(run, "egress_quiet", {"count": quiet})
+        _transition(run, status, reason=reason, sandbox=None, **fields)
+
+
+class _Heartbeat:
+    """Tells the reaper this worker is alive while a run executes here, and tells the runner
+    when the run was cancelled (checked every second, so a cancel stops it quickly)."""
+
+    def __init__(
+        self, run_id: int, sink: _Sink, interval: float = 1.0, beat_every: int = 5
+    ) -> None:
+        self.run_id = run_id
+        self.sink = sink
+        self.interval = interval
+        self.beat_every = beat_every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+
+    def _loop(self) -> None:
+        ticks = 0
+        try:
+            while not self._stop.wait(self.interval):
+                ticks += 1
+                if ticks % self.beat_every == 0:
+                    Run.objects.filter(pk=self.run_id, status__in=Run.ACTIVE).update(
+                        heartbeat_at=timezone.now()
+                    )
+                state = Run.objects.filter(pk=self.run_id).values("status", "cancel_requested")
+                row = state.first()
+                if row is None or row["cancel_requested"] or row["status"] in Run.FINAL:
+                    self.sink.request_stop("the run was cancelled")
+        finally:
+            for conn in connections.all(initialized_only=True):
+                conn.close()
+
+
+def run_record_step(*, run_id: int, record: Any) -> StepResult:
+    """Persist one executed step: files, the step row, artifacts, an event, an audit event."""
+    directory = run_files_dir(run_id) / "steps"
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = f"{record.index + 1:03d}-{record.step_id}"
+    files: dict[str, str] = {}
+    for key, content, suffix in (
+        ("screenshot", record.screenshot_png, ".png"),
+        ("overlay", record.overlay_png, ".overlay.png"),
+        ("thumbnail", record.thumbnail_jpeg, ".thumb.jpg"),
+    ):
+        if content:
+            path = directory / f"{stem}{suffix}"
+            path.write_bytes(content)
+            files[key] = str(path.relative_to(run_files_dir(run_id)))
+    observation_json = json.dumps(record.observation, sort_keys=True) if record.observation else ""
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        result = StepResult.objects.create(
+            run=run,
+            index=record.index,
+            step_id=record.step_id,
+            step_type=record.step_type,
+            sentence=record.sentence,
+            status=record.status,
+            started_at=record.started_at,
+            duration_ms=record.duration_ms,
+            url=record.url,
+            title=record.title,
+            error=record.error,
+            observation=record.observation,
+            observation_chars=record.observation_chars,
+            observation_tokens=record.observation_tokens,
+            observation_sha256=_sha256(observation_json.encode()) if observation_json else "",
+            screenshot=files.get("screenshot", ""),
+            screenshot_sha256=_sha256(record.screenshot_png) if record.screenshot_png else "",
+            overlay=files.get("overlay", ""),
+            thumbnail=files.get("thumbnail", ""),
+        )
+        for artifact in record.artifacts:
+            Artifact.objects.create(
+                run=run,
+                step_index=record.index,
+                name=artifact.name,
+                filename=artifact.filename,
+                path=str(Path(artifact.path).relative_to(run_files_dir(run_id))),
+                sha256=artifact.sha256,
+                size=artifact.size,
+            )
+        run.steps_executed += 1
+        run.outputs = {**run.outputs, **record.outputs}
+        run.heartbeat_at = timezone.now()
+        _event(
+            run, "step", {"index": record.index, "status": record.status, "step_result": result.pk}
+        )
+        run.save()
+        audit_record(
+            action="run.step_executed",
+            object_type="run",
+            object_id=run.pk,
+            actor_kind=AuditEvent.ActorKind.RUNNER,
+            after={
+                "step": record.step_id,
+                "index": record.index,
+                "status": record.status,
+                "screenshot_sha256": result.screenshot_sha256,
+                "observation_sha256": result.observation_sha256,
+                "artifacts": {a.filename: a.sha256 for a in record.artifacts},
+            },
+            run_id=run.pk,
+            step_id=result.pk,
+        )
+    return result
+
+
+def run_record_denial(*, run_id: int, attempt: Any) -> None:
+    """An egress attempt the proxy refused: shown on the run page, kept in the audit trail."""
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        payload = {
+            "host": attempt.host,
+            "port": attempt.port,
+            "method": attempt.method,
+            "reason": attempt.reason,
+            "quiet": attempt.quiet,
+        }
+        if not attempt.quiet:
+            _event(run, "egress_denied", payload)
+            run.save(update_fields=["last_event_seq"])
+        audit_record(
+            action="run.egress_denied",
+            object_type="run",
+            object_id=run.pk,
+            actor_kind=AuditEvent.ActorKind.RUNNER,
+            after=payload,
+            run_id=run.pk,
+        )
+
+
+def _sha256(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()

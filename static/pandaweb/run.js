@@ -1,0 +1,43 @@
+// Live run page: applies server-rendered fragments by element id, so replays are harmless, and
+// reconnects with the last sequence number it has, so nothing is missed.
+(function () {
+  "use strict";
+  var root = document.querySelector("[data-run-ws]");
+  if (!root || !window.WebSocket) return;
+  var last = parseInt(root.dataset.lastSeq || "0", 10);
+  var final = root.dataset.final === "1";
+  var delay = 500;
+
+  function apply(fragment) {
+    var template = document.createElement("template");
+    template.innerHTML = fragment.html.trim();
+    var element = template.content.firstElementChild;
+    if (!element) return;
+    var existing = element.id ? document.getElementById(element.id) : null;
+    if (existing) existing.replaceWith(element);
+    else {
+      var target = document.querySelector(fragment.target);
+      if (target) target.append(element);
+    }
+  }
+
+  function connect() {
+    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    var socket = new WebSocket(scheme + location.host + root.dataset.runWs + "?after=" + last);
+    socket.onmessage = function (message) {
+      var data = JSON.parse(message.data);
+      if (data.seq <= last) return;
+      data.fragments.forEach(apply);
+      last = data.seq;
+      root.dataset.lastSeq = String(last);
+      final = data.final;
+      delay = 500;
+    };
+    socket.onclose = function () {
+      if (final) return;
+      setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 10000);
+    };
+  }
+  if (!final) connect();
+})();

@@ -1,0 +1,261 @@
+"""Runs executed for real: the run service, the egress proxy, a local sandbox (system Chromium)
+and the runner, against the bundled demo portal on loopback."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+from django.conf import settings
+from django.contrib.auth.models import User
+from PIL import Image
+
+from pandaweb.audit.models import AuditEvent
+from pandaweb.demo_portal.server import PortalServer
+from sessions import services
+from sessions.models import Run, RunEvent, StepResult
+from tests.demo_portal.conftest import fetch_json
+from tests.sessions.conftest import EXAMPLE, publish
+from workflows import services as workflow_services
+from workflows.models import Credential
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CANARY = "canary-Zq8-never-shown"
+
+
+@pytest.fixture(autouse=True)
+def run_files_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(settings, "RUN_FILES_DIR", tmp_path / "runs")
+
+
+def demo_document(portal_url: str) -> dict[str, Any]:
+    host = portal_url.removeprefix("http://")
+    return yaml.safe_load(EXAMPLE.read_text().replace("127.0.0.1:8001", host))
+
+
+def execute(run: Run) -> Run:
+    services.run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def chromium_of(run: Run) -> list[psutil.Process]:
+    key = f"run-{run.pk}-"
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if any(key in part for part in process.info["cmdline"] or []):
+                found.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def open_invoice(server: PortalServer) -> tuple[str, str]:
+    invoice = next(i for i in server.state.invoices() if i.status == "open")
+    return invoice.number, f"{invoice.amount_due:.2f}"
+
+
+def test_the_demo_workflow_runs_to_its_irreversible_step_and_stops_there(
+    operator: User, acme_credential: Credential, portal_server: PortalServer, portal: str
+) -> None:
+    workflow = publish(operator, demo_document(portal))
+    number, amount = open_invoice(portal_server)
+    run = services.run_launch(
+        workflow_id=workflow.pk, user=operator, raw_inputs={"invoice": number, "amount": amount}
+    )
+
+    run = execute(run)
+
+    steps = list(run.step_results.order_by("index"))
+    assert run.status == Run.Status.FAILED, [(s.step_id, s.error) for s in steps]
+    assert run.failure_reason == (
+        "approval required: step 14 'submit-payment' is irreversible and needs approval"
+    )
+    assert [s.status for s in steps] == ["succeeded"] * 13
+    assert run.outputs["total"] == amount
+    assert fetch_json(f"{portal}/api/payments") == []
+    csv = run.artifacts.get(name="invoice_csv")
+    content = (Path(settings.RUN_FILES_DIR) / str(run.pk) / csv.path).read_bytes()
+    assert number.encode() in content
+    assert csv.sha256 == hashlib.sha256(content).hexdigest()
+    assert all(s.screenshot_sha256 for s in steps)
+    assert all(s.observation_chars > 0 for s in steps)
+    assert chromium_of(run) == []
+    assert run.sandbox is None
+    assert AuditEvent.objects.filter(action="credential.used", run_id=run.pk).count() == 1
+    secret = "portal-demo-2026"
+    for blob in (
+        json.dumps(list(RunEvent.objects.values()), default=str),
+        json.dumps(list(StepResult.objects.values("observation", "error", "sentence"))),
+        json.dumps(list(AuditEvent.objects.values("before", "after", "extra")), default=str),
+    ):
+        assert secret not in blob
+
+
+def test_egress_outside_the_allowlist_is_blocked_and_shown(
+    operator: User, acme_credential: Credential, portal_server: PortalServer, portal: str
+) -> None:
+    port = portal_server.server_port
+    received: list[bytes] = []
+    sink = socket.socket()
+    sink.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sink.bind(("127.0.0.9", port))
+    sink.listen()
+    sink.settimeout(0.2)
+
+    def accept() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                conn, _ = sink.accept()
+            except TimeoutError:
+                continue
+            received.append(conn.recv(1024))
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    workflow = publish(operator, {
+        "name": "External", "slug": "external",
+        "settings": {
+            "allowed_hosts": [portal.removeprefix("http://")],
+            "credentials": ["acme-portal"],
+        },
+        "steps": [
+            {"id": "login-page", "type": "goto", "url": f"{portal}/login"},
+            {"id": "log-in", "type": "login", "credential": "acme-portal",
+             "username": {"label": "Username"}, "password": {"label": "Password"},
+             "submit": {"role": "button", "name": "Sign in"}},
+            {"id": "external", "type": "goto", "url": f"{portal}/lab/external"},
+            {"id": "settle", "type": "wait_for", "network_idle": True},
+        ],
+    })  # fmt: skip
+    run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
+
+    run = execute(run)
+    sink.close()
+
+    assert run.status == Run.Status.SUCCEEDED, run.failure_reason
+    denied = {e.payload["host"] for e in run.events.filter(type="egress_denied")}
+    assert {"tracker.evil.test", "cdn.acme.invalid", "127.0.0.9"} <= denied
+    assert received == []
+    assert AuditEvent.objects.filter(action="run.egress_denied", run_id=run.pk).count() >= 3
+
+
+def test_a_secret_is_typed_but_never_seen(
+    operator: User, portal_server: PortalServer, portal: str
+) -> None:
+    workflow_services.credential_create(
+        user=operator, name="canary", kind="username_password", description="",
+        values={"username": "canary-user", "password": CANARY},
+    )  # fmt: skip
+    workflow = publish(operator, {
+        "name": "Canary", "slug": "canary",
+        "settings": {"allowed_hosts": [portal.removeprefix("http://")], "credentials": ["canary"]},
+        "steps": [
+            {"id": "login-page", "type": "goto", "url": f"{portal}/login"},
+            {"id": "type-it", "type": "fill", "target": {"label": "Username"},
+             "value": "{{ secrets.canary.password }}"},
+        ],
+    })  # fmt: skip
+    run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
+
+    run = execute(run)
+
+    assert run.status == Run.Status.SUCCEEDED, run.failure_reason
+    step = run.step_results.get(step_id="type-it")
+    assert step.sentence == "Fill the field labelled 'Username' with a secret"
+    assert CANARY not in json.dumps(step.observation)
+    assert step.observation is not None
+    field = next(e for e in step.observation["elements"] if e["name"] == "Username")
+    box = field["box"]
+    image = Image.open(
+        io.BytesIO((Path(settings.RUN_FILES_DIR) / str(run.pk) / step.screenshot).read_bytes())
+    )
+    center = (int(box["x"] + box["width"] / 2), int(box["y"] + box["height"] / 2))
+    assert image.convert("RGB").getpixel(center) == (255, 0, 255)  # Playwright's mask colour
+    everything = json.dumps(
+        [list(m.objects.values()) for m in (RunEvent, StepResult, AuditEvent, Run)], default=str
+    )
+    assert CANARY not in everything
+
+
+def test_the_step_budget_fails_the_run_with_that_reason(
+    operator: User, portal_server: PortalServer, portal: str
+) -> None:
+    workflow = publish(operator, {
+        "name": "Budget", "slug": "budget",
+        "settings": {"allowed_hosts": [portal.removeprefix("http://")], "step_budget": 2},
+        "steps": [{"id": f"s{i}", "type": "goto", "url": f"{portal}/login"} for i in range(3)],
+    })  # fmt: skip
+    run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
+
+    run = execute(run)
+
+    assert run.status == Run.Status.FAILED
+    assert run.failure_reason == "the step budget of 2 steps was reached"
+    assert run.steps_executed == 2
+
+
+def test_a_broken_target_fails_in_plain_words(
+    operator: User, portal_server: PortalServer, portal: str
+) -> None:
+    workflow = publish(operator, {
+        "name": "Broken", "slug": "broken",
+        "settings": {"allowed_hosts": [portal.removeprefix("http://")]},
+        "steps": [
+            {"id": "open", "type": "goto", "url": f"{portal}/login"},
+            {"id": "pay", "type": "click", "irreversible": False, "timeout_ms": 1000,
+             "target": {"role": "button", "name": "Submit payment"}},
+        ],
+    })  # fmt: skip
+    run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
+
+    run = execute(run)
+
+    failed = run.step_results.get(step_id="pay")
+    assert run.status == Run.Status.FAILED
+    assert failed.error == f"no button named 'Submit payment' on {portal}/login"
+    assert failed.screenshot
+    assert failed.observation
+
+
+def test_cancel_kills_the_browser_within_two_seconds(
+    operator: User, portal_server: PortalServer, portal: str
+) -> None:
+    workflow = publish(operator, {
+        "name": "Slow", "slug": "slow",
+        "settings": {"allowed_hosts": [portal.removeprefix("http://")]},
+        "steps": [
+            {"id": "open", "type": "goto", "url": f"{portal}/login"},
+            {"id": "forever", "type": "wait_for", "text": "never there", "timeout_ms": 120000},
+        ],
+    })  # fmt: skip
+    run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
+    worker = threading.Thread(target=services.run_execute, kwargs={"run_id": run.pk})
+    worker.start()
+    deadline = time.monotonic() + 60
+    while not StepResult.objects.filter(run=run).exists():
+        assert time.monotonic() < deadline, "the run never executed its first step"
+        time.sleep(0.2)
+
+    started = time.monotonic()
+    services.run_cancel(run_id=run.pk, user=operator)
+    while chromium_of(run):
+        assert time.monotonic() - started < 2, "the browser outlived the cancel"
+        time.sleep(0.05)
+    worker.join(timeout=30)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert not worker.is_alive()

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from pandaweb.audit.models import AuditEvent
+from sessions import services
+from sessions.models import Run
+from workflows.models import Workflow
+
+pytestmark = pytest.mark.django_db
+
+INPUTS = {"invoice": "INV-1001", "amount": "1,250.00"}
+
+
+def test_launch_queues_a_run_with_typed_inputs_and_one_event(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    events = AuditEvent.objects.count()
+
+    run = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
+
+    assert run.status == Run.Status.QUEUED
+    assert run.inputs == {
+        "invoice": "INV-1001",
+        "amount": "1250.00",
+        "iban": "DE97 2004 0060 0123 4567 89",
+    }
+    assert run.version.number == 1
+    assert list(AuditEvent.objects.values_list("action", flat=True)[events:]) == ["run.launched"]
+    assert list(run.events.values_list("seq", "type")) == [(1, "status")]
+
+
+def test_launch_refuses_bad_inputs_field_by_field(operator: User, demo_workflow: Workflow) -> None:
+    with pytest.raises(services.RunError) as refused:
+        services.run_launch(
+            workflow_id=demo_workflow.pk,
+            user=operator,
+            raw_inputs={"invoice": "1001", "amount": "12.345", "colour": "red"},
+        )
+
+    assert refused.value.field_errors == {
+        "invoice": ["must match the pattern INV-\\d{4}"],
+        "amount": ["the value has more than 2 decimals"],
+        "__all__": ["'colour' is not a parameter of this workflow"],
+    }
+    assert not Run.objects.exists()
+
+
+def test_one_idempotency_key_launches_one_run(operator: User, demo_workflow: Workflow) -> None:
+    first = services.run_launch(
+        workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS, idempotency_key="k-1"
+    )
+    second = services.run_launch(
+        workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS, idempotency_key="k-1"
+    )
+
+    assert first.pk == second.pk
+    assert Run.objects.count() == 1
+
+
+def test_an_archived_or_unpublished_workflow_cannot_be_launched(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    demo_workflow.archived = True
+    demo_workflow.save()
+
+    with pytest.raises(services.RunError, match="archived"):
+        services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
+
+
+def test_cancelling_a_queued_run_is_final_and_idempotent(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    run = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
+
+    services.run_cancel(run_id=run.pk, user=operator)
+    services.run_cancel(run_id=run.pk, user=operator)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert run.failure_reason == "cancelled by olivia"
+    assert AuditEvent.objects.filter(action="run.cancelled").count() == 1
+    # A cancelled run is never executed, even if its task arrives later.
+    services.run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+
+
+def test_the_state_machine_refuses_jumps(operator: User, demo_workflow: Workflow) -> None:
+    run = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
+
+    with pytest.raises(services.TransitionRefused, match="a queued run cannot become succeeded"):
+        services._transition(run, Run.Status.SUCCEEDED)
+
+
+def test_the_reaper_interrupts_runs_whose_worker_went_quiet(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    run = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
+    quiet = timezone.now() - timedelta(minutes=5)
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING, heartbeat_at=quiet)
+    fresh = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
+    Run.objects.filter(pk=fresh.pk).update(status=Run.Status.RUNNING, heartbeat_at=timezone.now())
+
+    assert services.run_reap() == [run.pk]
+
+    run.refresh_from_db()
+    fresh.refresh_from_db()
+    assert run.status == Run.Status.INTERRUPTED
+    assert "stopped answering" in run.failure_reason
+    assert fresh.status == Run.Status.RUNNING

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from pandaweb.core.roles import Role
+from sessions.models import Run
+from tests.factories import user_with_role
+from workflows.models import Workflow
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_launch_form_is_typed_and_a_double_submit_launches_once(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    client = Client()
+    client.force_login(operator)
+
+    page = client.get(f"/runs/launch/{demo_workflow.slug}/").content.decode()
+    assert 'name="param_amount"' in page
+    data = {"param_invoice": "INV-1001", "param_amount": "1250.00", "param_iban": "DE97",
+            "idempotency_key": "form-key-1"}  # fmt: skip
+    first = client.post(f"/runs/launch/{demo_workflow.slug}/", data)
+    second = client.post(f"/runs/launch/{demo_workflow.slug}/", data)
+
+    run = Run.objects.get()
+    assert first["Location"] == second["Location"] == f"/runs/{run.pk}/"
+
+
+def test_bad_inputs_come_back_with_field_errors(operator: User, demo_workflow: Workflow) -> None:
+    client = Client()
+    client.force_login(operator)
+
+    response = client.post(
+        f"/runs/launch/{demo_workflow.slug}/",
+        {"param_invoice": "nope", "param_amount": "-1", "idempotency_key": "k"},
+    )
+
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "must match the pattern" in body
+    assert "must be at least 0.01" in body
+    assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize("role", [Role.REVIEWERS, Role.COMPLIANCE])
+def test_readers_watch_runs_but_cannot_launch_or_cancel(
+    role: Role, operator: User, demo_workflow: Workflow
+) -> None:
+    client = Client()
+    client.force_login(operator)
+    inputs = {"param_invoice": "INV-1001", "param_amount": "1.00", "idempotency_key": "x"}
+    client.post(f"/runs/launch/{demo_workflow.slug}/", inputs)  # fmt: skip
+    run = Run.objects.get()
+    reader = Client()
+    reader.force_login(user_with_role(role))
+
+    assert reader.get("/runs/").status_code == 200
+    assert reader.get(f"/runs/{run.pk}/").status_code == 200
+    assert reader.get(f"/runs/launch/{demo_workflow.slug}/").status_code == 403
+    assert reader.post(f"/runs/{run.pk}/cancel/").status_code == 403
+    run.refresh_from_db()
+    assert run.status == Run.Status.QUEUED
+
+
+def test_run_files_cannot_escape_the_run_directory(operator: User, demo_workflow: Workflow) -> None:
+    client = Client()
+    client.force_login(operator)
+    inputs = {"param_invoice": "INV-1001", "param_amount": "1.00", "idempotency_key": "y"}
+    client.post(f"/runs/launch/{demo_workflow.slug}/", inputs)  # fmt: skip
+    run = Run.objects.get()
+
+    assert client.get(f"/runs/{run.pk}/files/../../secret_key").status_code == 404
+    assert client.get(f"/runs/{run.pk}/files/steps/none.png").status_code == 404
