@@ -88,8 +88,9 @@ class StepRecord:
     observation_chars: int = 0
     observation_tokens: int = 0
     screenshot_png: bytes | None = None
-    overlay_png: bytes | None = None
-    thumbnail_jpeg: bytes | None = None
+    # What the numbered overlay is drawn from; the sink draws it (and the thumbnail) off the
+    # runner's path, since the browser does not need to wait for Pillow.
+    elements: tuple[observing.Element, ...] = ()
     outputs: dict[str, Any] = field(default_factory=dict)
     artifacts: list[ArtifactFile] = field(default_factory=list)
 
@@ -290,8 +291,7 @@ class Runner:
             record.observation_tokens = seen.token_estimate
             masks = observing.secret_locators(page, self.secret_values)
             record.screenshot_png = page.screenshot(type="png", mask=masks, timeout=10_000)
-            record.overlay_png = observing.overlay(record.screenshot_png, seen.elements)
-            record.thumbnail_jpeg = observing.thumbnail(record.screenshot_png)
+            record.elements = seen.elements
         except PlaywrightError as exc:
             # Evidence that cannot be taken is said so, never faked.
             note = f"evidence incomplete: {_first_line(str(exc))}"

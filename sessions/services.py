@@ -492,15 +492,22 @@ class _Heartbeat:
 
 
 def run_record_step(*, run_id: int, record: Any) -> StepResult:
-    """Persist one executed step: files, the step row, artifacts, an event, an audit event."""
+    """Persist one executed step: files (the overlay and thumbnail are drawn here, on the
+    writer thread), the step row, artifacts, an event, an audit event."""
+    from sessions import observation as observing
+
     directory = run_files_dir(run_id) / "steps"
     directory.mkdir(parents=True, exist_ok=True)
     stem = f"{record.index + 1:03d}-{record.step_id}"
     files: dict[str, str] = {}
+    overlay_png = thumbnail_jpeg = None
+    if record.screenshot_png:
+        overlay_png = observing.overlay(record.screenshot_png, record.elements)
+        thumbnail_jpeg = observing.thumbnail(record.screenshot_png)
     for key, content, suffix in (
         ("screenshot", record.screenshot_png, ".png"),
-        ("overlay", record.overlay_png, ".overlay.png"),
-        ("thumbnail", record.thumbnail_jpeg, ".thumb.jpg"),
+        ("overlay", overlay_png, ".overlay.png"),
+        ("thumbnail", thumbnail_jpeg, ".thumb.jpg"),
     ):
         if content:
             path = directory / f"{stem}{suffix}"
