@@ -75,7 +75,13 @@ class RunConsumer(AsyncWebsocketConsumer):
 
     @database_sync_to_async
     def _messages_after(self, seq: int) -> list[dict[str, Any]]:
-        return [message_for(event) for event in run_events_after(self.run_id, seq)]
+        scope_user = self.scope.get("user")
+        user_id = getattr(scope_user, "pk", None)
+        user = get_user_model().objects.filter(pk=user_id).first() if user_id else None
+        # The fragments carry the cancel button only for people who may cancel.
+        can_cancel = user is not None and user_can(user, Capability.LAUNCH_RUNS)
+        events = run_events_after(self.run_id, seq)
+        return [message_for(event, can_cancel=can_cancel) for event in events]
 
     @database_sync_to_async
     def _exists(self) -> bool:

@@ -20,8 +20,10 @@ def side_html(run: Run) -> str:
     )
 
 
-def header_html(run: Run) -> str:
-    return render_to_string("sessions/partials/_run_header.html", {"run": run})
+def header_html(run: Run, *, can_cancel: bool = False) -> str:
+    return render_to_string(
+        "sessions/partials/_run_header.html", {"run": run, "can_cancel": can_cancel}
+    )
 
 
 def step_html(step: StepResult) -> str:
@@ -32,11 +34,11 @@ def denial_html(event: RunEvent) -> str:
     return render_to_string("sessions/partials/_denial.html", {"event": event})
 
 
-def fragments_for(event: RunEvent) -> list[Fragment]:
+def fragments_for(event: RunEvent, *, can_cancel: bool = False) -> list[Fragment]:
     """What changes on the run page when ``event`` happens (idempotent by element id)."""
     run = Run.objects.select_related("workflow", "version", "launched_by").get(pk=event.run_id)
     fragments: list[Fragment] = [
-        {"target": "#run-header", "html": header_html(run)},
+        {"target": "#run-header", "html": header_html(run, can_cancel=can_cancel)},
         {"target": "#run-side", "html": side_html(run)},
     ]
     if event.type == "step":
@@ -52,6 +54,7 @@ def fragments_for(event: RunEvent) -> list[Fragment]:
     return fragments
 
 
-def message_for(event: RunEvent) -> dict[str, Any]:
+def message_for(event: RunEvent, *, can_cancel: bool = False) -> dict[str, Any]:
     run_final = Run.objects.filter(pk=event.run_id, status__in=Run.FINAL).exists()
-    return {"seq": event.seq, "fragments": fragments_for(event), "final": run_final}
+    fragments = fragments_for(event, can_cancel=can_cancel)
+    return {"seq": event.seq, "fragments": fragments, "final": run_final}

@@ -70,7 +70,7 @@ def run_detail(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
         "steps": selectors.run_steps(run),
         "denials": selectors.run_denials(run),
         "artifacts": run.artifacts.all(),
-        "can_cancel": user_can(request.user, Capability.LAUNCH_RUNS) and not run.is_final,
+        "can_cancel": user_can(request.user, Capability.LAUNCH_RUNS),
     }
     return render(request, "sessions/detail.html", context)
 

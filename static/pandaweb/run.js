@@ -19,6 +19,8 @@
       var target = document.querySelector(fragment.target);
       if (target) target.append(element);
     }
+    // Fragments rendered outside a request carry no CSRF token: htmx adds it from <body>.
+    if (window.htmx) window.htmx.process(element);
   }
 
   function connect() {

@@ -8,6 +8,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from pandaweb import supervisor
 from pandaweb.core.selectors import deployment_summary
@@ -39,6 +41,14 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        executor = MigrationExecutor(connection)
+        pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        if pending:
+            # Starting on an old schema would serve 500s; say what to do instead.
+            raise CommandError(
+                f"{len(pending)} database migration(s) not applied: "
+                "run 'python manage.py migrate' first (scripts/quickstart does)"
+            )
         host, port = options["host"], options["port"]
         python = sys.executable
         children = [
