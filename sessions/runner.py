@@ -194,6 +194,11 @@ class Runner:
             record = self._execute(context, index, step)
             executed += 1
             self.sink.step_finished(record)
+            if record.status == "failed" and time.time() >= self.plan.deadline:
+                # The step ran out of time because the run did: that is the reason to report.
+                return self._outcome(
+                    "expired", "the run's time limit was reached", index, executed, step
+                )
             if record.status == "failed":
                 return self._outcome("failed", record.error, index, executed, step)
         return self._outcome("succeeded", "", len(self.plan.steps), executed)

@@ -259,3 +259,113 @@ def test_cancel_kills_the_browser_within_two_seconds(
     run.refresh_from_db()
     assert run.status == Run.Status.CANCELLED
     assert not worker.is_alive()
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def step_finished(self, record: Any) -> None:
+        self.records.append(record)
+
+    def stop_reason(self) -> str | None:
+        return None
+
+
+def test_the_run_time_limit_expires_the_run_mid_step(portal: str, tmp_path: Path) -> None:
+    from sessions.proxy import EgressPolicy, EgressProxy
+    from sessions.runner import Runner, RunPlan
+    from sessions.sandbox import SandboxSpec, get_backend
+
+    backend = get_backend("local")
+    with EgressProxy(
+        EgressPolicy([portal.removeprefix("http://")]), on_denied=lambda a: None
+    ) as proxy:
+        sandbox = backend.create(
+            SandboxSpec(run_key=f"ttl-{tmp_path.name[-8:]}", proxy_url=proxy.url, ttl_seconds=60)
+        )
+        try:
+            plan = RunPlan(
+                steps=[
+                    {"id": "open", "type": "goto", "url": f"{portal}/login"},
+                    {"id": "wait", "type": "wait_for", "text": "never there", "timeout_ms": 60000},
+                    {"id": "after", "type": "goto", "url": f"{portal}/login"},
+                ],
+                inputs={},
+                secrets={},
+                step_budget=10,
+                deadline=time.time() + 6,
+                artifacts_dir=tmp_path,
+            )
+            sink = RecordingSink()
+            started = time.monotonic()
+
+            outcome = Runner(plan, sink).run(sandbox.cdp_url)
+
+            assert outcome.status == "expired"
+            assert outcome.reason == "the run's time limit was reached"
+            assert outcome.failed_step == "wait"
+            assert [r.step_id for r in sink.records] == ["open", "wait"]
+            assert time.monotonic() - started < 30
+        finally:
+            backend.destroy(sandbox)
+
+
+def _database_url() -> str:
+    from django.db import connection
+
+    params = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{params['NAME']}"
+    host, port = params.get("HOST") or "127.0.0.1", params.get("PORT") or 5432
+    return f"postgresql://{params['USER']}@{host}:{port}/{params['NAME']}"
+
+
+def test_a_worker_killed_mid_run_leaves_an_interrupted_run_and_no_browser(
+    operator: User, portal_server: PortalServer, portal: str, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    from datetime import timedelta
+
+    workflow = publish(operator, {
+        "name": "Long", "slug": "long",
+        "settings": {"allowed_hosts": [portal.removeprefix("http://")]},
+        "steps": [
+            {"id": "open", "type": "goto", "url": f"{portal}/login"},
+            {"id": "forever", "type": "wait_for", "text": "never there", "timeout_ms": 120000},
+        ],
+    })  # fmt: skip
+    run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "PANDAWEB_RUN_FILES_DIR": str(tmp_path / "runs"),
+        "DJANGO_SETTINGS_MODULE": "pandaweb.settings",
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "shell", "-c",
+         f"from sessions import services; services.run_execute(run_id={run.pk})"],
+        cwd=Path(__file__).resolve().parents[2], env=env,
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while not StepResult.objects.filter(run=run).exists():
+        assert worker.poll() is None, "the worker exited before its first step"
+        assert time.monotonic() < deadline, "the worker never executed its first step"
+        time.sleep(0.2)
+    assert chromium_of(run)
+
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+    reaped = services.run_reap(stale_after=timedelta(seconds=0))
+
+    run.refresh_from_db()
+    assert reaped == [run.pk]
+    assert run.status == Run.Status.INTERRUPTED
+    assert run.sandbox is None
+    gone_by = time.monotonic() + 5
+    while chromium_of(run):
+        assert time.monotonic() < gone_by, "Chromium outlived its interrupted run"
+        time.sleep(0.1)
