@@ -91,6 +91,13 @@ def _draft(workflow: Workflow) -> WorkflowVersion:
     )
 
 
+def _editable_draft(workflow_id: int) -> tuple[Workflow, WorkflowVersion]:
+    """The locked workflow and its draft, refusing an archived workflow: where every edit starts."""
+    workflow = _lock_workflow(workflow_id)
+    _refuse_archived(workflow)
+    return workflow, _draft(workflow)
+
+
 def _settings_of(workflow: Workflow) -> dict[str, Any]:
     return {
         "allowed_hosts": list(workflow.allowed_hosts),
@@ -332,9 +339,7 @@ def step_save(
     *, workflow_id: int, user: User, data: dict[str, Any], index: int | None = None
 ) -> WorkflowVersion:
     """Add a step at the end (``index`` None) or replace the step at ``index`` in the draft."""
-    workflow = _lock_workflow(workflow_id)
-    _refuse_archived(workflow)
-    draft = _draft(workflow)
+    workflow, draft = _editable_draft(workflow_id)
     step = _step_dump(validate_step(data))
     steps = list(draft.steps)
     others = [s["id"] for i, s in enumerate(steps) if i != index]
@@ -376,9 +381,7 @@ def step_delete(*, workflow_id: int, user: User, index: int, step_id: str) -> Wo
 
     A page loaded before someone else reordered the steps cannot delete the wrong one.
     """
-    workflow = _lock_workflow(workflow_id)
-    _refuse_archived(workflow)
-    draft = _draft(workflow)
+    workflow, draft = _editable_draft(workflow_id)
     steps = list(draft.steps)
     _check_step(steps, index, step_id)
     removed = steps.pop(index)
@@ -404,9 +407,7 @@ def _check_step(steps: list[dict[str, Any]], index: int, step_id: str) -> None:
 @transaction.atomic
 def step_duplicate(*, workflow_id: int, user: User, index: int, step_id: str) -> WorkflowVersion:
     """Insert a copy of a step right after it, with a fresh id (``<id>-copy``, ``-copy-2``, …)."""
-    workflow = _lock_workflow(workflow_id)
-    _refuse_archived(workflow)
-    draft = _draft(workflow)
+    workflow, draft = _editable_draft(workflow_id)
     steps = list(draft.steps)
     _check_step(steps, index, step_id)
     taken = {s["id"] for s in steps}
@@ -434,9 +435,7 @@ def step_move(
     *, workflow_id: int, user: User, index: int, step_id: str, to_index: int
 ) -> WorkflowVersion:
     """Move a step to ``to_index`` (clamped to the list). Moving onto itself changes nothing."""
-    workflow = _lock_workflow(workflow_id)
-    _refuse_archived(workflow)
-    draft = _draft(workflow)
+    workflow, draft = _editable_draft(workflow_id)
     steps = list(draft.steps)
     _check_step(steps, index, step_id)
     to_index = max(0, min(to_index, len(steps) - 1))
@@ -473,9 +472,7 @@ def parameter_save(
     *, workflow_id: int, user: User, data: dict[str, Any], index: int | None = None
 ) -> WorkflowVersion:
     """Add (``index`` None) or replace a launch parameter of the draft."""
-    workflow = _lock_workflow(workflow_id)
-    _refuse_archived(workflow)
-    draft = _draft(workflow)
+    workflow, draft = _editable_draft(workflow_id)
     parameter = validate_parameter(data).model_dump(mode="json", exclude_defaults=True)
     parameters = list(draft.parameters)
     if parameter["name"] in [p["name"] for i, p in enumerate(parameters) if i != index]:
@@ -503,9 +500,7 @@ def parameter_save(
 
 @transaction.atomic
 def parameter_delete(*, workflow_id: int, user: User, index: int, name: str) -> WorkflowVersion:
-    workflow = _lock_workflow(workflow_id)
-    _refuse_archived(workflow)
-    draft = _draft(workflow)
+    workflow, draft = _editable_draft(workflow_id)
     parameters = list(draft.parameters)
     _check_index(parameters, index)
     if parameters[index].get("name") != name:

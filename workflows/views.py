@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
@@ -76,6 +77,13 @@ def _editor_response(request: AuthenticatedRequest, workflow: Workflow) -> HttpR
     return redirect("workflows:detail", slug=workflow.slug)
 
 
+def _add_service_errors(form: forms.Form, exc: services.WorkflowError) -> None:
+    """Put a refused change's messages on the form fields they name (others on the form)."""
+    for field, errors in exc.field_errors.items():
+        for error in errors:
+            form.add_error(field if field in form.fields else None, error)
+
+
 def _refused(
     request: AuthenticatedRequest, workflow: Workflow, error: services.WorkflowError
 ) -> HttpResponse:
@@ -117,9 +125,7 @@ def workflow_create(request: AuthenticatedRequest) -> HttpResponse:
                 allowed_hosts=lines(data["allowed_hosts"]),
             )
         except services.WorkflowError as exc:
-            for field, errors in exc.field_errors.items():
-                for error in errors:
-                    form.add_error(field, error)
+            _add_service_errors(form, exc)
         else:
             messages.success(request, f"Workflow '{workflow.name}' created. Add its steps.")
             return redirect("workflows:detail", slug=workflow.slug)
@@ -197,9 +203,7 @@ def workflow_settings(request: AuthenticatedRequest, slug: str) -> HttpResponse:
         except services.WorkflowError as exc:
             if not exc.field_errors:
                 form.add_error(None, str(exc))
-            for field, errors in exc.field_errors.items():
-                for error in errors:
-                    form.add_error(field if field in form.fields else None, error)
+            _add_service_errors(form, exc)
         else:
             messages.success(request, "Settings saved. They apply from the next published version.")
             return redirect("workflows:detail", slug=workflow.slug)
@@ -305,9 +309,7 @@ def parameter_edit(
         except services.WorkflowError as exc:
             if not exc.field_errors:
                 form.add_error(None, str(exc))
-            for field, errors in exc.field_errors.items():
-                for error in errors:
-                    form.add_error(field if field in form.fields else None, error)
+            _add_service_errors(form, exc)
         else:
             return _editor_response(request, workflow)
     context = {"workflow": workflow, "form": form, "index": index}
@@ -462,9 +464,7 @@ def credential_create(request: AuthenticatedRequest) -> HttpResponse:
                 values=form.secret_values(),
             )
         except services.WorkflowError as exc:
-            for field, errors in exc.field_errors.items():
-                for error in errors:
-                    form.add_error(field if field in form.fields else None, error)
+            _add_service_errors(form, exc)
         else:
             messages.success(request, f"Credential '{credential.name}' stored encrypted.")
             return redirect("workflows:credentials")
@@ -484,9 +484,7 @@ def credential_replace(request: AuthenticatedRequest, pk: int) -> HttpResponse:
                 credential_id=credential.pk, user=request.user, values=form.secret_values()
             )
         except services.WorkflowError as exc:
-            for field, errors in exc.field_errors.items():
-                for error in errors:
-                    form.add_error(field if field in form.fields else None, error)
+            _add_service_errors(form, exc)
         else:
             messages.success(request, f"The value of '{credential.name}' was replaced.")
             return redirect("workflows:credentials")
