@@ -9,16 +9,17 @@ workflows/examples/acme-pay-invoice.yaml (everything before the irreversible sub
   A  a bare Playwright script: connect_over_cdp to the sandbox, the same gotos, fills, clicks,
      extract, download and screenshot with plain locators, nothing recorded;
   B  the production runner, ``Runner(plan, sink).run(cdp_url)``, with observation, masked
-     screenshot, overlay and thumbnail per step, and production's own sink
-     (``sessions.services._Sink``: a writer thread calling ``run_record_step`` on a migrated
-     SQLite database in a temporary PANDAWEB_DATA_DIR).
+     screenshot per step, and production's own sink (``sessions.services._Sink``: a writer
+     thread calling ``run_record_step``, which draws overlay and thumbnail, on a migrated SQLite
+     database in a temporary PANDAWEB_DATA_DIR).
 
 Both are timed from "sandbox answering CDP" to "done": Playwright start, CDP connect, the steps,
 disconnect, and for B the wait until the writer thread has persisted every step (``sink.close()``,
 as ``run_execute`` does). A and B alternate (A, B, A, B ...) after one unmeasured warm-up pair.
 Each delay in --delays (milliseconds added to every portal response, like a remote portal) is one
-scenario. --profile splits the runner's per-step time into act / observe / mask / screenshot /
-overlay / thumbnail / other, by wrapping those functions during the B runs.
+scenario. --profile splits the runner's per-step time into act / observe (of which aria) /
+screenshot / other, by wrapping those functions during the B runs. Overlays and thumbnails are
+drawn by the sink's writer thread, off the runner's path, so they show up only in the totals.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from _harness import (
     temp_dir,
 )
 
-PHASES = ("act", "observe", "aria", "mask", "screenshot", "overlay", "thumbnail", "other")
+PHASES = ("act", "observe", "aria", "screenshot", "other")
 
 
 # Profiling ---------------------------------------------------------------------------------------
@@ -95,13 +96,7 @@ def install_profiling() -> None:
 
     from sessions import observation
 
-    for name, label in (
-        ("observe", "observe"),
-        ("secret_locators", "mask"),
-        ("overlay", "overlay"),
-        ("thumbnail", "thumbnail"),
-    ):
-        setattr(observation, name, _timed(label, getattr(observation, name), capture_only=True))
+    observation.capture = _timed("observe", observation.capture, capture_only=True)
     # Only the screenshot taken for the record counts here; a screenshot step's own picture is
     # part of "act" (the baseline takes it too).
     Page.screenshot = _timed("screenshot", Page.screenshot, capture_only=True)  # type: ignore[method-assign]
@@ -130,11 +125,11 @@ def profiled_runner_class() -> type[Any]:
                 PROFILE.add("act", time.perf_counter() - t0)
                 PROFILE.phase = ""
 
-        def _capture(self, record: Any) -> None:
+        def _capture(self, record: Any, *, touched_page: bool) -> None:
             assert PROFILE is not None
             PROFILE.phase = "capture"
             try:
-                super()._capture(record)
+                super()._capture(record, touched_page=touched_page)
             finally:
                 PROFILE.phase = ""
 
@@ -248,8 +243,8 @@ def print_profile(profile: Profile, workflow: Workflow) -> None:
     )
     print(f"  shares of step time: {shares}")
     print(
-        "  (aria = page.aria_snapshot inside observe; mask = secret_locators; other = "
-        "settle/title/url, step validation and the sink hand-off)"
+        "  (observe = observation.capture: aria = page.aria_snapshot, the input scan and parsing;"
+        " other = settle, step validation and the sink hand-off)"
     )
 
 

@@ -80,6 +80,18 @@ _READ_PASSWORDS = """els => els
   .filter(e => e.type === 'password' && e.value)
   .map(e => e.value)"""
 
+# One round trip per frame after the snapshot: the password values (to redact) and the inputs to
+# mask in the screenshot (password inputs, and inputs holding a value the runner typed as secret).
+_SCAN_INPUTS = """(els, secrets) => {
+  const passwords = [], mask = [];
+  els.forEach((e, i) => {
+    const password = e.type === 'password';
+    if (password && e.value) passwords.push(e.value);
+    if (password || (e.value && secrets.includes(e.value))) mask.push(i);
+  });
+  return {passwords, mask};
+}"""
+
 # Where the content of an iframe starts, in its parent frame's viewport coordinates.
 _CONTENT_ORIGIN = """e => {
   const r = e.getBoundingClientRect();
@@ -91,10 +103,6 @@ _CONTENT_ORIGIN = """e => {
     height: e.clientHeight - parseFloat(s.paddingTop || '0') - parseFloat(s.paddingBottom || '0'),
   };
 }"""
-
-_MASKABLE_INPUTS = """(els, secrets) => els.map((e, i) =>
-  (e.type === 'password' || (e.value && secrets.includes(e.value))) ? i : -1
-).filter(i => i >= 0)"""
 
 
 class Box(NamedTuple):
@@ -638,6 +646,20 @@ def _place(box: Box | None, area: Box | None) -> Box | None:
     return Box(left, top, right - left, bottom - top)
 
 
+@dataclass(frozen=True)
+class Capture:
+    """An observation plus what the runner needs to picture the same moment.
+
+    ``snapshot`` is the raw aria snapshot with boxes: equal snapshots of one URL mean the same
+    controls, texts and layout, so a step that did not touch the page can reuse the last picture.
+    ``masks`` are the inputs to hide in a screenshot taken right after.
+    """
+
+    observation: Observation
+    snapshot: str
+    masks: list[Locator]
+
+
 def observe(
     page: Page, *, secret_values: Collection[str] = (), max_elements: int = 400
 ) -> Observation:
@@ -646,12 +668,18 @@ def observe(
     Elements past ``max_elements`` (in document order) are left out and counted in ``omitted``.
     Read-only: nothing on the page is clicked, typed or scrolled.
     """
+    return capture(page, secret_values=secret_values, max_elements=max_elements).observation
+
+
+def capture(page: Page, *, secret_values: Collection[str] = (), max_elements: int = 400) -> Capture:
+    """``observe`` plus the raw snapshot and the screenshot masks, in few round trips."""
+    secrets = [secret for secret in secret_values if secret]
     # Read password values on both sides of the snapshot: a value typed in between would
     # otherwise reach the snapshot without being known as a secret.
     passwords = _password_values(page)
     snapshot = page.aria_snapshot(mode="ai", boxes=True)
-    passwords |= _password_values(page)
-    redactor = _Redactor({*secret_values, *passwords})
+    after, masks = _scan_inputs(page, secrets)
+    redactor = _Redactor({*secrets, *passwords, *after})
 
     builder = _Builder(redactor)
     for root in parse_snapshot(snapshot):
@@ -694,13 +722,14 @@ def observe(
     ]
     if omitted:
         lines.append(f"… {omitted} more elements not shown (max_elements={max_elements})")
-    return Observation(
+    observation = Observation(
         url=redactor.text(page.url),
         title=redactor.text(page.title()),
         elements=elements,
         text="\n".join(lines),
         omitted=omitted,
     )
+    return Capture(observation=observation, snapshot=f"{page.url}\n{snapshot}", masks=masks)
 
 
 def secret_locators(page: Page, secret_values: Collection[str]) -> list[Locator]:
@@ -709,16 +738,22 @@ def secret_locators(page: Page, secret_values: Collection[str]) -> list[Locator]
     Pass the result as ``page.screenshot(mask=...)``. Inputs are matched by position, so take the
     screenshot right after calling this.
     """
-    secrets = [secret for secret in secret_values if secret]
+    return _scan_inputs(page, [secret for secret in secret_values if secret])[1]
+
+
+def _scan_inputs(page: Page, secrets: list[str]) -> tuple[set[str], list[Locator]]:
+    passwords: set[str] = set()
     locators: list[Locator] = []
     for frame in page.frames:
         fields = frame.locator("input, textarea")
         try:
-            indexes: list[int] = fields.evaluate_all(_MASKABLE_INPUTS, secrets)
+            found = fields.evaluate_all(_SCAN_INPUTS, secrets)
         except PlaywrightError:
+            # A frame navigating away has no inputs left to leak.
             continue
-        locators.extend(fields.nth(index) for index in indexes)
-    return locators
+        passwords.update(found["passwords"])
+        locators.extend(fields.nth(index) for index in found["mask"])
+    return passwords, locators
 
 
 # --- pictures -----------------------------------------------------------------------------------
@@ -754,21 +789,21 @@ def _scaled(box: Box | Sequence[float], scale: float) -> tuple[float, float, flo
 
 
 def overlay(
-    screenshot_png: bytes, elements: Sequence[Element], *, device_scale_factor: float = 1.0
+    screenshot: bytes, elements: Sequence[Element], *, device_scale_factor: float = 1.0
 ) -> bytes:
     """A copy of the screenshot with a numbered outline over every element that has a box.
 
-    Always returns PNG (lossless keeps the small numbers legible). Labels sit just above a box's
-    top-left corner, or just inside it when there is no room above, so every changed pixel lies
-    within a label's height of a box.
+    Returns a JPEG of high quality: the numbers stay legible at a fraction of a PNG's encoding
+    time, which matters because every step draws one. Labels sit just above a box's top-left
+    corner, or just inside it when there is no room above, so every changed pixel lies within a
+    label's height of a box.
     """
-    base = Image.open(io.BytesIO(screenshot_png)).convert("RGBA")
-    layer = Image.new("RGBA", base.size, (0, 0, 0, 0))
-    draw = ImageDraw.Draw(layer)
+    image = Image.open(io.BytesIO(screenshot)).convert("RGB")
+    draw = ImageDraw.Draw(image)
     font = _font(max(10, round(11 * device_scale_factor)))
     stroke = max(1, round(2 * device_scale_factor))
     pad = max(1, round(2 * device_scale_factor))
-    width, height = base.size
+    width, height = image.size
     for element in elements:
         if element.box is None:
             continue
@@ -776,31 +811,33 @@ def overlay(
         if right <= 0 or bottom <= 0 or left >= width or top >= height:
             continue
         color = _PALETTE[element.number % len(_PALETTE)]
-        draw.rectangle((left, top, right - 1, bottom - 1), outline=(*color, 255), width=stroke)
+        draw.rectangle((left, top, right - 1, bottom - 1), outline=color, width=stroke)
         label = str(element.number)
         text_left, text_top, text_right, text_bottom = draw.textbbox((0, 0), label, font=font)
         label_w = text_right - text_left + 2 * pad
         label_h = text_bottom - text_top + 2 * pad
         label_x = min(max(left, 0), width - label_w)
         label_y = top - label_h if top - label_h >= 0 else max(top, 0)
-        draw.rectangle((label_x, label_y, label_x + label_w, label_y + label_h), fill=(*color, 235))
+        draw.rectangle((label_x, label_y, label_x + label_w, label_y + label_h), fill=color)
         draw.text(
             (label_x + pad - text_left, label_y + pad - text_top),
             label,
-            fill=(255, 255, 255, 255),
+            fill=(255, 255, 255),
             font=font,
         )
-    return _png(Image.alpha_composite(base, layer).convert("RGB"))
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue()
 
 
 def outline_target(
-    screenshot_png: bytes,
+    screenshot: bytes,
     box: Box | Sequence[float],
     *,
     device_scale_factor: float = 1.0,
 ) -> bytes:
     """The screenshot with one thick outline around ``box`` (approval evidence); PNG."""
-    image = Image.open(io.BytesIO(screenshot_png)).convert("RGB")
+    image = Image.open(io.BytesIO(screenshot)).convert("RGB")
     draw = ImageDraw.Draw(image)
     stroke = max(3, round(4 * device_scale_factor))
     left, top, right, bottom = _scaled(box, device_scale_factor)
@@ -816,6 +853,8 @@ def outline_target(
 def thumbnail(image_bytes: bytes, *, width: int = 320) -> bytes:
     """A JPEG (quality 70) ``width`` pixels wide, keeping the aspect ratio, for the timeline."""
     image: Image.Image = Image.open(io.BytesIO(image_bytes))
+    # A JPEG is decoded straight at (about) the small size: far less work than decode-then-shrink.
+    image.draft("RGB", (width, max(1, image.height * width // image.width)))
     if image.mode in ("RGBA", "LA", "P"):
         rgba = image.convert("RGBA")
         background = Image.new("RGB", rgba.size, (255, 255, 255))

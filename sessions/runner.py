@@ -57,6 +57,9 @@ from workflows.schema import (
 )
 
 MASK = "••••"
+SCREENSHOT_QUALITY = 85
+# Steps that look at the page without sending it any input.
+READ_ONLY_STEPS = (WaitForStep, ExtractStep, AssertStep, ScreenshotStep)
 
 
 class StepFailed(Exception):
@@ -87,7 +90,7 @@ class StepRecord:
     observation: dict[str, Any] | None = None
     observation_chars: int = 0
     observation_tokens: int = 0
-    screenshot_png: bytes | None = None
+    screenshot: bytes | None = None  # JPEG
     # What the numbered overlay is drawn from; the sink draws it (and the thumbnail) off the
     # runner's path, since the browser does not need to wait for Pillow.
     elements: tuple[observing.Element, ...] = ()
@@ -148,6 +151,8 @@ class Runner:
         )
         self._pages: list[Page] = []
         self._notes: list[str] = []
+        # The last step's (snapshot, screenshot), to reuse when a read-only step changed nothing.
+        self._last_capture: tuple[str, bytes] | None = None
 
     # The loop ------------------------------------------------------------------------------
 
@@ -273,7 +278,7 @@ class Runner:
         if self._notes:
             note = "; ".join(self._notes)
             record.error = f"{record.error} ({note})" if record.error else note
-        self._capture(record)
+        self._capture(record, touched_page=not isinstance(step, READ_ONLY_STEPS))
         record.duration_ms = int((time.monotonic() - clock) * 1000)
         return record
 
@@ -281,23 +286,38 @@ class Runner:
         remaining_ms = (self.plan.deadline - time.time()) * 1000
         return max(100.0, min(float(step.timeout_ms), remaining_ms))
 
-    def _capture(self, record: StepRecord) -> None:
+    def _capture(self, record: StepRecord, *, touched_page: bool) -> None:
         try:
             page = self.page
             page.wait_for_load_state("domcontentloaded", timeout=5_000)
         except (StepFailed, PlaywrightError):
             return
         try:
+            seen = observing.capture(page, secret_values=self.secret_values)
             record.url = page.url
-            record.title = page.title()
-            seen = observing.observe(page, secret_values=self.secret_values)
-            record.observation = seen.to_dict()
-            record.observation_chars = seen.size_chars
-            record.observation_tokens = seen.token_estimate
-            masks = observing.secret_locators(page, self.secret_values)
-            record.screenshot_png = page.screenshot(type="png", mask=masks, timeout=10_000)
-            record.elements = seen.elements
+            record.title = seen.observation.title
+            record.observation = seen.observation.to_dict()
+            record.observation_chars = seen.observation.size_chars
+            record.observation_tokens = seen.observation.token_estimate
+            record.elements = seen.observation.elements
+            last = self._last_capture
+            if not touched_page and last is not None and last[0] == seen.snapshot:
+                # Same URL, controls, texts and layout as the last picture, and this step sent no
+                # input: that picture shows this moment too, and costs nothing to take again.
+                record.screenshot = last[1]
+            else:
+                # JPEG and a visible caret: a third of the cost of a lossless picture, on every
+                # step's critical path. Masked inputs are painted over by the browser itself.
+                record.screenshot = page.screenshot(
+                    type="jpeg",
+                    quality=SCREENSHOT_QUALITY,
+                    caret="initial",
+                    mask=seen.masks or None,
+                    timeout=10_000,
+                )
+            self._last_capture = (seen.snapshot, record.screenshot)
         except PlaywrightError as exc:
+            self._last_capture = None
             # Evidence that cannot be taken is said so, never faked.
             note = f"evidence incomplete: {_first_line(str(exc))}"
             record.error = f"{record.error}; {note}" if record.error else note

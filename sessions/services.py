@@ -500,13 +500,13 @@ def run_record_step(*, run_id: int, record: Any) -> StepResult:
     directory.mkdir(parents=True, exist_ok=True)
     stem = f"{record.index + 1:03d}-{record.step_id}"
     files: dict[str, str] = {}
-    overlay_png = thumbnail_jpeg = None
-    if record.screenshot_png:
-        overlay_png = observing.overlay(record.screenshot_png, record.elements)
-        thumbnail_jpeg = observing.thumbnail(record.screenshot_png)
+    overlay_jpeg = thumbnail_jpeg = None
+    if record.screenshot:
+        overlay_jpeg = observing.overlay(record.screenshot, record.elements)
+        thumbnail_jpeg = observing.thumbnail(record.screenshot)
     for key, content, suffix in (
-        ("screenshot", record.screenshot_png, ".png"),
-        ("overlay", overlay_png, ".overlay.png"),
+        ("screenshot", record.screenshot, ".jpg"),
+        ("overlay", overlay_jpeg, ".overlay.jpg"),
         ("thumbnail", thumbnail_jpeg, ".thumb.jpg"),
     ):
         if content:
@@ -533,7 +533,7 @@ def run_record_step(*, run_id: int, record: Any) -> StepResult:
             observation_tokens=record.observation_tokens,
             observation_sha256=_sha256(observation_json.encode()) if observation_json else "",
             screenshot=files.get("screenshot", ""),
-            screenshot_sha256=_sha256(record.screenshot_png) if record.screenshot_png else "",
+            screenshot_sha256=_sha256(record.screenshot) if record.screenshot else "",
             overlay=files.get("overlay", ""),
             thumbnail=files.get("thumbnail", ""),
         )

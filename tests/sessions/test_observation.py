@@ -340,7 +340,7 @@ def test_overlay_draws_only_near_the_boxes(portal_page: Page, demo_portal: str) 
 
     before = Image.open(io.BytesIO(png)).convert("RGB")
     after: Image.Image = Image.open(io.BytesIO(drawn))
-    assert after.format == "PNG"
+    assert after.format == "JPEG"
     after = after.convert("RGB")
     assert after.size == before.size
     boxes = [e.box for e in observation.elements if e.box is not None]
@@ -357,7 +357,9 @@ def test_overlay_draws_only_near_the_boxes(portal_page: Page, demo_portal: str) 
             for b in boxes
         )
     )
-    assert after.getpixel(far) == before.getpixel(far)
+    assert all(
+        abs(a - b) <= 8 for a, b in zip(after.getpixel(far), before.getpixel(far), strict=True)
+    )
 
 
 def test_overlay_scales_boxes_to_the_screenshot() -> None:
