@@ -357,9 +357,10 @@ def test_overlay_draws_only_near_the_boxes(portal_page: Page, demo_portal: str) 
             for b in boxes
         )
     )
-    assert all(
-        abs(a - b) <= 8 for a, b in zip(after.getpixel(far), before.getpixel(far), strict=True)
-    )
+    far_after, far_before = after.getpixel(far), before.getpixel(far)
+    assert isinstance(far_after, tuple)
+    assert isinstance(far_before, tuple)
+    assert all(abs(a - b) <= 8 for a, b in zip(far_after, far_before, strict=True))
 
 
 def test_overlay_scales_boxes_to_the_screenshot() -> None:

@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 import pytest
@@ -190,7 +190,9 @@ def test_a_secret_is_typed_but_never_seen(
         io.BytesIO((Path(settings.RUN_FILES_DIR) / str(run.pk) / step.screenshot).read_bytes())
     )
     inside = (box["x"] + 3, box["y"] + 3, box["x"] + box["width"] - 3, box["y"] + box["height"] - 3)
-    red, green, blue = image.convert("RGB").crop(tuple(map(int, inside))).getextrema()
+    extrema = image.convert("RGB").crop(inside).getextrema()
+    assert isinstance(extrema[0], tuple)
+    red, green, blue = cast(tuple[tuple[int, int], ...], extrema)
     # Every pixel of the field is Playwright's mask colour (#FF00FF), give or take JPEG's error.
     assert (red[0] >= 230, green[1] <= 25, blue[0] >= 230) == (True, True, True), (red, green, blue)
     everything = json.dumps(
