@@ -159,6 +159,12 @@ class TimedSink:
         self.records.append(record)
         self.inner.step_finished(record)
 
+    def action_starting(self, index: int) -> None:
+        self.inner.action_starting(index)
+
+    def action_finished(self, index: int) -> None:
+        self.inner.action_finished(index)
+
     def stop_reason(self) -> str | None:
         return self.inner.stop_reason()
 

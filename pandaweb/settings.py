@@ -250,6 +250,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Separate installations (or test runs) sharing one Redis must not take each other's tasks.
 CELERY_TASK_DEFAULT_QUEUE = env_str("PANDAWEB_CELERY_QUEUE", "pandaweb")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Every worker also consumes its own queue ("<node>.dq2"): a run waiting for approval continues
+# on the worker that holds its browser and egress proxy.
+CELERY_WORKER_DIRECT = True
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -310,6 +313,9 @@ RUN_HEARTBEAT_TIMEOUT_SECONDS = env_int("PANDAWEB_RUN_HEARTBEAT_TIMEOUT", 60, mi
 CELERY_BEAT_SCHEDULE = {
     "reap-silent-runs": {"task": "runs.reap", "schedule": 30.0},
 }
+
+# Where people reach the dashboard; used in e-mails.
+PANDAWEB_BASE_URL = env_str("PANDAWEB_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 
 DEMO_PORTAL_URL = env_str("PANDAWEB_DEMO_PORTAL_URL", "http://127.0.0.1:8001/")
 

@@ -20,13 +20,16 @@ class Run(models.Model):
         CANCELLED = "cancelled", "Cancelled"
         EXPIRED = "expired", "Expired"
         INTERRUPTED = "interrupted", "Interrupted"
+        # An irreversible action was started and its end was never recorded: a person checks
+        # the portal and says whether it happened. Never retried automatically.
+        NEEDS_RECONCILIATION = "needs_reconciliation", "Needs reconciliation"
 
     FINAL = frozenset({"succeeded", "failed", "cancelled", "expired", "interrupted"})
     ACTIVE = frozenset({"starting", "running", "awaiting_approval"})
 
     workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="runs")
     version = models.ForeignKey(WorkflowVersion, on_delete=models.PROTECT, related_name="runs")
-    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    status = models.CharField(max_length=24, choices=Status.choices, default=Status.QUEUED)
     inputs = models.JSONField(default=dict)
     outputs = models.JSONField(default=dict)
     idempotency_key = models.CharField(max_length=100, blank=True)

@@ -58,6 +58,16 @@ from workflows.schema import (
 
 MASK = "••••"
 SCREENSHOT_QUALITY = 85
+PAGE_TEXT_LIMIT = 10_000
+# Who the target of a gated action is, beyond its accessible name: compared before acting.
+_TARGET_IDENTITY = """e => ({
+  tag: e.tagName.toLowerCase(),
+  id: e.id || '',
+  name: e.getAttribute('name') || '',
+  type: e.getAttribute('type') || '',
+  text: (e.innerText || e.value || '').trim().slice(0, 200),
+  form_action: e.form ? (e.form.getAttribute('action') || '') : '',
+})"""
 # Steps that look at the page without sending it any input.
 READ_ONLY_STEPS = (WaitForStep, ExtractStep, AssertStep, ScreenshotStep)
 
@@ -109,21 +119,54 @@ class RunPlan:
     artifacts_dir: Path
     start_index: int = 0
     outputs: dict[str, Any] = field(default_factory=dict)
+    # The irreversible step a person approved, and the evidence they looked at: the runner
+    # re-observes the page and acts only if it still matches.
     approved_index: int | None = None
+    approved_evidence: dict[str, Any] | None = None
+
+
+Status = Literal[
+    "succeeded",
+    "failed",
+    "approval_required",
+    "cancelled",
+    "expired",
+    # An irreversible action was started and did not finish cleanly: it may have happened.
+    "action_uncertain",
+]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What a reviewer needs to decide on an irreversible step, taken just before it."""
+
+    evidence: dict[str, Any]
+    screenshot: bytes  # PNG, masked
+    # Set when the page no longer matched the evidence of an earlier approval.
+    changes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class RunOutcome:
-    status: Literal["succeeded", "failed", "approval_required", "cancelled", "expired"]
+    status: Status
     reason: str = ""
     failed_step: str = ""
     next_index: int = 0
     outputs: dict[str, Any] = field(default_factory=dict)
     steps_executed: int = 0
+    gate: Gate | None = None
 
 
 class RunSink(Protocol):
     def step_finished(self, record: StepRecord) -> None: ...
+
+    def action_starting(self, index: int) -> None:
+        """Durably record the intent to perform the approved action; raise to forbid it."""
+        ...
+
+    def action_finished(self, index: int) -> None:
+        """Durably record that the approved action completed."""
+        ...
 
     def stop_reason(self) -> str | None:
         """A reason to stop before the next step (the run was cancelled), or None."""
@@ -151,6 +194,8 @@ class Runner:
         )
         self._pages: list[Page] = []
         self._notes: list[str] = []
+        # What this run typed into which field (secrets masked), for the approval evidence.
+        self._filled: list[dict[str, Any]] = list((plan.approved_evidence or {}).get("filled", []))
         # The last step's (snapshot, screenshot), to reuse when a read-only step changed nothing.
         self._last_capture: tuple[str, bytes] | None = None
 
@@ -188,14 +233,42 @@ class Runner:
                     executed,
                     step,
                 )
-            if step.irreversible and index != self.plan.approved_index:
-                return self._outcome(
-                    "approval_required",
-                    f"step {index + 1} '{step.id}' is irreversible and needs approval",
-                    index,
-                    executed,
-                    step,
-                )
+            if step.irreversible:
+                try:
+                    gate = self._gate(index, step)
+                except (StepFailed, PlaywrightError) as exc:
+                    reason = self._scrub(_first_line(str(exc)))
+                    return self._outcome(
+                        "failed",
+                        f"could not gather the approval evidence for step {index + 1}: {reason}",
+                        index,
+                        executed,
+                        step,
+                    )
+                if gate is not None:
+                    return self._outcome(
+                        "approval_required", gate_reason(index, step, gate), index, executed,
+                        step, gate=gate,
+                    )  # fmt: skip
+                # Approved, and the page is as the reviewers saw it. The intent is on record
+                # before the click and the completion after it: a crash in between is never
+                # retried, a person reconciles it.
+                self.sink.action_starting(index)
+                record = self._execute(context, index, step)
+                executed += 1
+                if record.status == "failed":
+                    self.sink.step_finished(record)
+                    return self._outcome(
+                        "action_uncertain",
+                        f"the approved action failed half way and may have happened: "
+                        f"{record.error}",
+                        index,
+                        executed,
+                        step,
+                    )
+                self.sink.action_finished(index)
+                self.sink.step_finished(record)
+                continue
             record = self._execute(context, index, step)
             executed += 1
             self.sink.step_finished(record)
@@ -210,11 +283,13 @@ class Runner:
 
     def _outcome(
         self,
-        status: Literal["succeeded", "failed", "approval_required", "cancelled", "expired"],
+        status: Status,
         reason: str,
         index: int,
         executed: int,
         step: StepBase | None = None,
+        *,
+        gate: Gate | None = None,
     ) -> RunOutcome:
         return RunOutcome(
             status=status,
@@ -223,7 +298,69 @@ class Runner:
             next_index=index,
             outputs=dict(self.outputs),
             steps_executed=executed,
+            gate=gate,
         )
+
+    # The approval gate -----------------------------------------------------------------------
+
+    def _gate(self, index: int, step: StepBase) -> Gate | None:
+        """The gate in front of irreversible step ``index``, or None when it may act now: it was
+        approved and the page still shows what the reviewers saw."""
+        evidence, screenshot = self._evidence(index, step)
+        approved = self.plan.approved_evidence
+        if index != self.plan.approved_index or approved is None:
+            return Gate(evidence=evidence, screenshot=screenshot)
+        changes = evidence_changes(approved, evidence)
+        if changes:
+            return Gate(evidence=evidence, screenshot=screenshot, changes=tuple(changes))
+        return None
+
+    def _evidence(self, index: int, step: StepBase) -> tuple[dict[str, Any], bytes]:
+        page = self.page
+        page.wait_for_load_state("domcontentloaded", timeout=5_000)
+        seen = observing.capture(page, secret_values=self.secret_values)
+        target: dict[str, Any] | None = None
+        targets = step.targets()
+        if targets:
+            located = self._locate(page, targets[0])
+            identity = located.evaluate(_TARGET_IDENTITY, timeout=5_000)
+            box = located.bounding_box(timeout=5_000)
+            target = {
+                "description": targets[0].describe(),
+                **{key: self._scrub(str(value)) for key, value in identity.items()},
+                "box": box,
+            }
+        # Lossless: this picture is what a person signs off on.
+        screenshot = page.screenshot(
+            type="png", mask=seen.masks or None, caret="initial", timeout=10_000
+        )
+        text = page.evaluate("() => document.body ? document.body.innerText : ''")
+        url = self._scrub(page.url)
+        filled = []
+        for entry in self._filled:
+            entry = dict(entry)
+            entry.pop("on_page", None)
+            if entry["url"] == page.url and not entry["secret"]:
+                field_target = Target.model_validate(entry["target"])
+                try:
+                    entry["on_page"] = self._locate(page, field_target).input_value(timeout=2_000)
+                except (PlaywrightError, StepFailed):
+                    entry["on_page"] = None
+            filled.append(entry)
+        evidence = {
+            "step_index": index,
+            "step_id": step.id,
+            "action": f"{describe_step(step).removesuffix(' — irreversible')} on {url}",
+            "url": url,
+            "title": seen.observation.title,
+            "target": target,
+            "filled": filled,
+            "inputs": dict(self.plan.inputs),
+            "outputs": {key: _plain(value) for key, value in self.outputs.items()},
+            "page_text": self._scrub(" ".join(str(text).split()))[:PAGE_TEXT_LIMIT],
+            "observation": seen.observation.to_dict(),
+        }
+        return evidence, screenshot
 
     def _watch(self, context: BrowserContext) -> None:
         self._pages = [p for p in context.pages if not p.is_closed()] or [context.new_page()]
@@ -336,8 +473,18 @@ class Runner:
             self._locate(page, step.target).click(timeout=timeout)
             self._settle(page)
         elif isinstance(step, FillStep):
-            self._locate(page, step.target).fill(
-                self._text(step.value, secrets=True), timeout=timeout
+            value = self._text(step.value, secrets=True)
+            self._locate(page, step.target).fill(value, timeout=timeout)
+            secret = "secrets." in step.value
+            self._filled.append(
+                {
+                    "step_id": step.id,
+                    "field": step.target.describe(),
+                    "target": step.target.model_dump(exclude_defaults=True),
+                    "url": page.url,
+                    "value": MASK if secret else value,
+                    "secret": secret,
+                }
             )
         elif isinstance(step, SelectStep):
             self._select(page, step, timeout)
@@ -586,6 +733,48 @@ class Runner:
             sha256=digest.hexdigest(),
             size=path.stat().st_size,
         )
+
+
+def gate_reason(index: int, step: StepBase, gate: Gate) -> str:
+    if gate.changes:
+        return f"step {index + 1} '{step.id}': the page changed since it was approved"
+    return f"step {index + 1} '{step.id}' is irreversible and needs approval"
+
+
+def evidence_changes(approved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """What differs between the evidence a person approved and the page now, in words."""
+    changes = []
+    if approved.get("url") != current.get("url"):
+        changes.append(f"the address changed: {approved.get('url')} → {current.get('url')}")
+    old_target, new_target = approved.get("target") or {}, current.get("target") or {}
+    for key in ("description", "tag", "id", "name", "type", "text", "form_action"):
+        if old_target.get(key) != new_target.get(key):
+            changes.append(
+                f"the target's {key} changed: {old_target.get(key)!r} → {new_target.get(key)!r}"
+            )
+    old_fields = {entry["step_id"]: entry for entry in approved.get("filled", [])}
+    for entry in current.get("filled", []):
+        before = old_fields.get(entry["step_id"], {})
+        if before.get("on_page") != entry.get("on_page"):
+            changes.append(
+                f"{entry['field']} now holds {entry.get('on_page')!r}, "
+                f"not {before.get('on_page')!r}"
+            )
+    if approved.get("page_text") != current.get("page_text"):
+        changes.append(f"the page's text changed: {_text_change(approved, current)}")
+    return changes
+
+
+def _text_change(approved: dict[str, Any], current: dict[str, Any]) -> str:
+    import difflib
+
+    old_words = str(approved.get("page_text", "")).split()
+    new_words = str(current.get("page_text", "")).split()
+    matcher = difflib.SequenceMatcher(a=old_words, b=new_words, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            return f"'{' '.join(old_words[i1:i2])[:80]}' → '{' '.join(new_words[j1:j2])[:80]}'"
+    return "(whitespace only)"
 
 
 def _noun(target: Target) -> str:

@@ -11,6 +11,7 @@ import queue
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -38,8 +39,11 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.STARTING: frozenset({S.RUNNING, S.FAILED, S.CANCELLED, S.INTERRUPTED, S.EXPIRED}),
     S.RUNNING: frozenset(
         {S.AWAITING_APPROVAL, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.EXPIRED, S.INTERRUPTED}
+        | {S.NEEDS_RECONCILIATION}
     ),
     S.AWAITING_APPROVAL: frozenset({S.RUNNING, S.CANCELLED, S.EXPIRED, S.FAILED, S.INTERRUPTED}),
+    # Only a person leaves this state, saying whether the action happened.
+    S.NEEDS_RECONCILIATION: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED}),
 }
 
 
@@ -56,7 +60,7 @@ class TransitionRefused(RunError):
 # Locks, events, transitions -----------------------------------------------------------------
 
 
-def _lock_run(run_id: int) -> Run:
+def lock_run(run_id: int) -> Run:
     return Run.objects.select_for_update().get(pk=run_id)
 
 
@@ -70,7 +74,7 @@ def _event(run: Run, type: str, payload: Mapping[str, Any]) -> RunEvent:
     return event
 
 
-def _transition(
+def transition(
     run: Run,
     to: str,
     *,
@@ -88,8 +92,9 @@ def _transition(
         setattr(run, name, value)
     if to in Run.FINAL:
         run.finished_at = timezone.now()
-        if reason and not run.failure_reason:
-            run.failure_reason = reason
+    settles = to in Run.FINAL or to == S.NEEDS_RECONCILIATION
+    if settles and "failure_reason" not in fields and reason and not run.failure_reason:
+        run.failure_reason = reason
     _event(run, "status", {"from": before, "to": to, "reason": reason})
     run.save()
     audit_record(
@@ -207,17 +212,24 @@ def run_cancel(*, run_id: int, user: User) -> Run:
 
     Idempotent: cancelling a finished run changes nothing.
     """
+    from approvals.services import approval_void_pending
+
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = lock_run(run_id)
         if run.is_final:
             return run
+        if run.status == S.NEEDS_RECONCILIATION:
+            raise TransitionRefused(
+                "this run needs reconciliation: say whether the action happened instead"
+            )
         sandbox = run.sandbox
-        _transition(
-            run, S.CANCELLED, actor=user, reason=f"cancelled by {user.get_username()}",
-            cancel_requested=True, sandbox=None,
+        reason = f"cancelled by {user.get_username()}"
+        approval_void_pending(run=run, reason=reason)
+        transition(
+            run, S.CANCELLED, actor=user, reason=reason, cancel_requested=True, sandbox=None,
         )  # fmt: skip
     if sandbox:
-        _destroy_sandbox(sandbox)
+        destroy_sandbox(sandbox)
     return run
 
 
@@ -235,22 +247,70 @@ def run_reap(*, stale_after: timedelta | None = None) -> list[int]:
     )
     for run_id in candidates.values_list("pk", flat=True):
         with transaction.atomic():
-            run = _lock_run(run_id)
+            run = lock_run(run_id)
             if run.is_final or run.heartbeat_at is None or run.heartbeat_at >= cutoff:
                 continue
             sandbox = run.sandbox
-            _transition(
-                run, S.INTERRUPTED,
-                reason="the worker running it stopped answering; it was not restarted",
-                sandbox=None,
-            )  # fmt: skip
+            if run.approvals.filter(intent_at__isnull=False, completed_at__isnull=True).exists():
+                transition(
+                    run, S.NEEDS_RECONCILIATION, sandbox=None,
+                    reason="the worker stopped in the middle of an approved action, which may "
+                    "have happened; check the portal",
+                )  # fmt: skip
+            else:
+                transition(
+                    run, S.INTERRUPTED,
+                    reason="the worker running it stopped answering; it was not restarted",
+                    sandbox=None,
+                )  # fmt: skip
         if sandbox:
-            _destroy_sandbox(sandbox)
+            destroy_sandbox(sandbox)
         reaped.append(run_id)
     return reaped
 
 
-def _destroy_sandbox(data: dict[str, Any]) -> None:
+def run_reconcile(*, run_id: int, user: User, happened: bool, note: str) -> Run:
+    """A person's word on an approved action whose end was never recorded.
+
+    ``happened`` after checking the portal: the run ends succeeded when the action was its last
+    step, failed otherwise (the rest is not run: the browser is gone); not happened: cancelled.
+    """
+    from approvals.models import ApprovalRequest
+
+    note = note.strip()
+    if not note:
+        raise RunError("say what you checked", {"note": ["This field is required."]})
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if run.status != S.NEEDS_RECONCILIATION:
+            raise TransitionRefused("this run does not need reconciliation")
+        approval = ApprovalRequest.objects.select_for_update().get(
+            run=run, intent_at__isnull=False, completed_at__isnull=True
+        )
+        steps = (run.version.document or {}).get("steps", [])
+        who = user.get_username()
+        if happened:
+            approval.completed_at = timezone.now()
+            approval.save(update_fields=["completed_at"])
+            last = approval.step_index == len(steps) - 1
+            to = S.SUCCEEDED if last else S.FAILED
+            reason = (
+                ""
+                if last
+                else f"{who} confirmed step {approval.step_index + 1} happened; the steps after "
+                "it were not run"
+            )
+        else:
+            to, reason = S.CANCELLED, f"{who} confirmed the action did not happen"
+        transition(
+            run, to, actor=user, reason=reason, failure_reason=reason,
+            audit_extra={"reconciled": {"happened": happened, "note": note,
+                                        "approval": approval.pk}},
+        )  # fmt: skip
+    return run
+
+
+def destroy_sandbox(data: dict[str, Any]) -> None:
     from sessions.sandbox import Sandbox, get_backend
 
     sandbox = Sandbox.from_dict(data)
@@ -286,6 +346,7 @@ class _Sink:
         self.run_id = run_id
         self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue()
         self._stop_reason: str | None = None
+        self.approval_id: int | None = None
         self._writer = threading.Thread(
             target=self._write, name=f"run-{run_id}-writer", daemon=True
         )
@@ -301,6 +362,22 @@ class _Sink:
     def stop_reason(self) -> str | None:
         return self._stop_reason
 
+    def action_starting(self, index: int) -> None:
+        self._write_now("intent")
+
+    def action_finished(self, index: int) -> None:
+        self._write_now("completion")
+
+    def _write_now(self, phase: str) -> None:
+        """Persist on the writer thread, after everything queued before, and wait for it."""
+        if self.approval_id is None:
+            raise RuntimeError("no approval is attached to this run's continuation")
+        done: queue.Queue[BaseException | None] = queue.Queue()
+        self._queue.put(("action", (phase, done)))
+        error = done.get()
+        if error is not None:
+            raise error
+
     def request_stop(self, reason: str) -> None:
         self._stop_reason = reason
 
@@ -313,6 +390,18 @@ class _Sink:
         try:
             while (item := self._queue.get()) is not None:
                 kind, payload = item
+                if kind == "action":
+                    phase, done = payload
+                    try:
+                        assert self.approval_id is not None
+                        run_record_action(
+                            run_id=self.run_id, approval_id=self.approval_id, phase=phase
+                        )
+                    except BaseException as exc:
+                        done.put(exc)
+                    else:
+                        done.put(None)
+                    continue
                 try:
                     if kind == "step":
                         run_record_step(run_id=self.run_id, record=payload)
@@ -326,10 +415,11 @@ class _Sink:
 
 
 def run_execute(*, run_id: int) -> None:
-    """Execute a queued run to its end (the body of the run task). Not re-entrant: a run that
-    is no longer queued (cancelled, or claimed by another worker) is left alone."""
+    """Execute a queued run until it ends or waits for a person (the body of the run task).
+    Not re-entrant: a run that is no longer queued (cancelled, or claimed by another worker) is
+    left alone."""
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = lock_run(run_id)
         if run.status != S.QUEUED:
             return
         version = run.version
@@ -337,85 +427,228 @@ def run_execute(*, run_id: int) -> None:
         run_settings = document.get("settings", {})
         ttl = timedelta(minutes=int(run_settings.get("run_ttl_minutes", 15)))
         now = timezone.now()
-        _transition(
-            run, S.STARTING, worker=f"{socket.gethostname()}:{os.getpid()}",
+        transition(
+            run, S.STARTING, worker=_worker_name(),
             heartbeat_at=now, started_at=now, deadline_at=now + ttl,
         )  # fmt: skip
     # Imported here: the browser machinery is only needed where runs execute.
     from sessions.proxy import EgressPolicy, EgressProxy
-    from sessions.runner import Runner, RunPlan
     from sessions.sandbox import SandboxError, SandboxSpec, get_backend
 
     sink = _Sink(run_id)
     proxy = EgressProxy(EgressPolicy(run_settings.get("allowed_hosts", [])), on_denied=sink.denied)
     proxy.start()
     backend = get_backend(run.sandbox_backend)
-    sandbox = None
-    beat = _Heartbeat(run_id, sink)
+    spec = SandboxSpec(
+        run_key=f"run-{run_id}-{secrets.token_hex(4)}",
+        proxy_url=proxy.url,
+        ttl_seconds=ttl.total_seconds() + 30,
+    )
     try:
-        spec = SandboxSpec(
-            run_key=f"run-{run_id}-{secrets.token_hex(4)}",
-            proxy_url=proxy.url,
-            ttl_seconds=ttl.total_seconds() + 30,
-        )
-        try:
-            sandbox = backend.create(spec)
-        except SandboxError as exc:
-            _finish(run_id, S.FAILED, f"the browser sandbox did not start: {exc}")
-            return
-        with transaction.atomic():
-            run = _lock_run(run_id)
-            if run.is_final:  # cancelled while the sandbox started
-                return
-            _transition(
-                run, S.RUNNING, sandbox=sandbox.to_dict(),
+        sandbox = backend.create(spec)
+    except SandboxError as exc:
+        sink.close()
+        proxy.stop()
+        _finish(run_id, S.FAILED, f"the browser sandbox did not start: {exc}")
+        return
+    record = {**sandbox.to_dict(), "owner": _owner()}
+    with transaction.atomic():
+        run = lock_run(run_id)
+        started = not run.is_final  # not cancelled while the sandbox started
+        if started:
+            transition(
+                run, S.RUNNING, sandbox=record,
                 sandbox_ready_seconds=sandbox.ready_seconds,
                 audit_extra={"sandbox": sandbox.backend, "ready_seconds": sandbox.ready_seconds,
                              "details": sandbox.details},
             )  # fmt: skip
+    if not started:
+        sink.close()
+        _release(run_id, record, proxy)
+        return
+    _drive(run_id, record, proxy, sink, start_index=0, approval=None)
+
+
+def run_continue(*, run_id: int, approval_id: int) -> None:
+    """Go on with a run after its gate was approved (the body of the continuation task).
+
+    Runs on the worker process that holds the run's browser and proxy. Exactly once per
+    approval: the first call marks the approval continued, any later call does nothing.
+    """
+    from approvals.models import ApprovalRequest
+
+    with transaction.atomic():
+        run = lock_run(run_id)
+        approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id, run=run)
+        if (
+            run.status != S.RUNNING
+            or approval.status != ApprovalRequest.Status.APPROVED
+            or approval.continued_at is not None
+        ):
+            return
+        approval.continued_at = timezone.now()
+        approval.save(update_fields=["continued_at"])
+        record = run.sandbox or {}
+        proxy = _live_proxy(run_id)
+        if proxy is None or record.get("owner") != _owner():
+            # The process that held this run's browser and proxy is gone: the browser has no
+            # way out any more, and nothing was done. Fail closed.
+            transition(
+                run, S.INTERRUPTED, sandbox=None,
+                reason="the worker holding this run's browser stopped; the approved step was "
+                "not performed",
+            )  # fmt: skip
+            stale = record
+        else:
+            stale = None
+            run.worker = _worker_name()
+            run.heartbeat_at = timezone.now()
+            run.save(update_fields=["worker", "heartbeat_at"])
+    if stale is not None:
+        if stale:
+            destroy_sandbox(stale)
+        return
+    sink = _Sink(run_id)
+    proxy.on_denied = sink.denied
+    _drive(run_id, record, proxy, sink, start_index=approval.step_index, approval=approval)
+
+
+def _drive(
+    run_id: int,
+    record: dict[str, Any],
+    proxy: Any,
+    sink: _Sink,
+    *,
+    start_index: int,
+    approval: Any,
+) -> None:
+    """Run the runner against a started sandbox and settle what it reports."""
+    from sessions.runner import Runner, RunPlan
+    from sessions.sandbox import Sandbox
+
+    sandbox = Sandbox.from_dict(record)
+    beat = _Heartbeat(run_id, sink)
+    keep = False
+    try:
+        run = Run.objects.select_related("version").get(pk=run_id)
+        run_settings = (run.version.document or {}).get("settings", {})
+        with transaction.atomic():
             secrets_for_run = _secrets_for(run, run_settings.get("credentials", []))
         beat.start()
         plan = RunPlan(
-            steps=document.get("steps", []),
+            steps=(run.version.document or {}).get("steps", []),
             inputs=run.inputs,
             secrets=secrets_for_run,
-            step_budget=int(run_settings.get("step_budget", 50)),
+            step_budget=int(run_settings.get("step_budget", 50)) - run.steps_executed,
             deadline=run.deadline_at.timestamp() if run.deadline_at else 0.0,
             artifacts_dir=run_files_dir(run_id) / "artifacts",
+            start_index=start_index,
+            outputs=dict(run.outputs),
+            approved_index=approval.step_index if approval is not None else None,
+            approved_evidence=approval.evidence if approval is not None else None,
         )
+        sink.approval_id = approval.pk if approval is not None else None
         try:
             outcome = Runner(plan, sink).run(sandbox.cdp_url)
         except Exception as exc:  # the browser died under us, or Playwright lost it
             logger.exception("run %s crashed", run_id)
             sink.close()
-            _finish(run_id, S.FAILED, f"the browser stopped unexpectedly: {str(exc)[:300]}")
+            _crashed(run_id, f"the browser stopped unexpectedly: {str(exc)[:300]}")
             return
         sink.close()
-        status = {
-            "succeeded": S.SUCCEEDED,
-            "failed": S.FAILED,
-            "cancelled": S.CANCELLED,
-            "expired": S.EXPIRED,
-            # Approvals arrive with their own feature; until then an irreversible step fails
-            # closed instead of acting.
-            "approval_required": S.FAILED,
-        }[outcome.status]
-        reason = (
-            "approval required: " + outcome.reason
-            if outcome.status == "approval_required"
-            else outcome.reason
-        )
-        _finish(
-            run_id, status, reason, failure_step=outcome.failed_step, outputs=outcome.outputs,
-            quiet_denials=proxy.quiet_denied_count,
-        )  # fmt: skip
+        keep = _settle(run_id, outcome, sandbox, proxy, previous=approval)
     finally:
         beat.stop()
-        if sandbox is not None:
-            _destroy_sandbox(sandbox.to_dict())
-        proxy.stop()
+        if not keep:
+            _release(run_id, record, proxy)
         for conn in connections.all(initialized_only=True):
             conn.close()
+
+
+def _settle(run_id: int, outcome: Any, sandbox: Any, proxy: Any, *, previous: Any) -> bool:
+    """Record how the runner stopped; True when the run now waits with its browser alive."""
+    if outcome.status == "approval_required":
+        return _await_approval(run_id, outcome, sandbox, proxy, previous=previous)
+    if outcome.status == "action_uncertain":
+        _crashed(run_id, outcome.reason, failure_step=outcome.failed_step, outputs=outcome.outputs)
+        return False
+    status = {
+        "succeeded": S.SUCCEEDED,
+        "failed": S.FAILED,
+        "cancelled": S.CANCELLED,
+        "expired": S.EXPIRED,
+    }[outcome.status]
+    _finish(
+        run_id, status, outcome.reason, failure_step=outcome.failed_step,
+        outputs=outcome.outputs, quiet_denials=proxy.quiet_denied_count,
+    )  # fmt: skip
+    return False
+
+
+def _await_approval(run_id: int, outcome: Any, sandbox: Any, proxy: Any, *, previous: Any) -> bool:
+    from approvals.services import approval_open
+    from sessions.sandbox import SandboxError, get_backend
+
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if run.is_final:
+            return False
+        run.outputs = outcome.outputs
+        approval = approval_open(run=run, gate=outcome.gate, previous=previous)
+        transition(run, S.AWAITING_APPROVAL, reason=outcome.reason)
+    # The browser idles until the decision; the time waiting does not count against the run's
+    # own time limit, so its dead-man's switch moves past the approval's expiry.
+    remaining = max(0.0, run.deadline_at.timestamp() - time.time()) if run.deadline_at else 0.0
+    try:
+        get_backend(sandbox.backend).extend(
+            sandbox, approval.expires_at.timestamp() + remaining + 60
+        )
+    except SandboxError as exc:
+        run_fail_waiting(run_id=run_id, reason=f"the browser was lost while waiting: {exc}")
+        return False
+    proxy.on_denied = lambda attempt: _record_denial_now(run_id, attempt)
+    _keep_proxy(run_id, proxy)
+    return True
+
+
+def run_fail_waiting(*, run_id: int, reason: str) -> None:
+    """A waiting run that can no longer continue: its approval is voided, the run fails."""
+    from approvals.services import approval_void_pending
+
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if run.is_final:
+            return
+        approval_void_pending(run=run, reason=reason)
+        record = run.sandbox
+        transition(run, S.FAILED, reason=reason, sandbox=None)
+    if record:
+        destroy_sandbox(record)
+
+
+def _crashed(run_id: int, reason: str, **fields: Any) -> None:
+    """The runner stopped abnormally. If it was inside an approved irreversible action, the
+    action may have happened: a person reconciles it; otherwise the run failed."""
+    from approvals.models import ApprovalRequest
+
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if run.is_final or run.status == S.NEEDS_RECONCILIATION:
+            return
+        open_action = ApprovalRequest.objects.filter(
+            run=run, intent_at__isnull=False, completed_at__isnull=True
+        ).exists()
+        outputs = fields.pop("outputs", None)
+        if outputs is not None:
+            run.outputs = outputs
+        if open_action:
+            transition(
+                run, S.NEEDS_RECONCILIATION, sandbox=None,
+                reason=f"{reason} — the approved action may have happened; check the portal",
+                **fields,
+            )  # fmt: skip
+        else:
+            transition(run, S.FAILED, reason=reason, sandbox=None, **fields)
 
 
 def _secrets_for(run: Run, names: list[str]) -> dict[str, dict[str, str]]:
@@ -438,7 +671,7 @@ def _secrets_for(run: Run, names: list[str]) -> dict[str, dict[str, str]]:
 def _finish(run_id: int, status: str, reason: str, **fields: Any) -> None:
     quiet = fields.pop("quiet_denials", 0)
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = lock_run(run_id)
         if run.is_final:
             return
         if status == S.SUCCEEDED:
@@ -448,7 +681,137 @@ def _finish(run_id: int, status: str, reason: str, **fields: Any) -> None:
             run.outputs = outputs
         if quiet:
             _event(run, "egress_quiet", {"count": quiet})
-        _transition(run, status, reason=reason, sandbox=None, **fields)
+        transition(run, status, reason=reason, sandbox=None, **fields)
+
+
+# The browser's host-side companions -------------------------------------------------------------
+#
+# A run's egress proxy is a thread of the process that started its browser. While the run waits
+# for a person the proxy stays up in that process, so the continuation must run there too: the
+# sandbox record names its owner (Celery node and pid) and the decision routes the continuation
+# to that node's own queue (in the embedded default, the same process's thread pool).
+
+_LIVE_PROXIES: dict[int, Any] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+def _owner() -> dict[str, Any]:
+    return {"node": _celery_node(), "pid": os.getpid(), "host": socket.gethostname()}
+
+
+def _celery_node() -> str:
+    from celery import current_task
+
+    request = getattr(current_task, "request", None)
+    return str(getattr(request, "hostname", "") or "") if current_task else ""
+
+
+def _worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+_SWEEP_SECONDS = 30.0
+_sweeper: threading.Thread | None = None
+
+
+def _keep_proxy(run_id: int, proxy: Any) -> None:
+    global _sweeper
+    with _LIVE_LOCK:
+        _LIVE_PROXIES[run_id] = proxy
+        if _sweeper is None or not _sweeper.is_alive():
+            _sweeper = threading.Thread(target=_sweep_forever, name="proxy-sweeper", daemon=True)
+            _sweeper.start()
+
+
+def _sweep_forever() -> None:
+    # Each process sweeps its own proxies: a run decided, cancelled or expired elsewhere leaves
+    # its proxy here otherwise.
+    while True:
+        time.sleep(_SWEEP_SECONDS)
+        try:
+            sweep_waiting_proxies()
+        except Exception:
+            logger.exception("sweeping waiting proxies failed")
+        finally:
+            for conn in connections.all(initialized_only=True):
+                conn.close()
+
+
+def _live_proxy(run_id: int) -> Any:
+    with _LIVE_LOCK:
+        return _LIVE_PROXIES.pop(run_id, None)
+
+
+def _release(run_id: int, record: dict[str, Any], proxy: Any) -> None:
+    destroy_sandbox(record)
+    proxy.stop()
+
+
+def sweep_waiting_proxies() -> int:
+    """Stop the proxies of this process whose run no longer waits (decided elsewhere, expired,
+    cancelled). Called periodically; returns how many were stopped."""
+    with _LIVE_LOCK:
+        run_ids = list(_LIVE_PROXIES)
+    if not run_ids:
+        return 0
+    waiting = set(
+        Run.objects.filter(pk__in=run_ids)
+        .exclude(status__in=Run.FINAL | {S.NEEDS_RECONCILIATION})
+        .values_list("pk", flat=True)
+    )
+    stopped = 0
+    for run_id in set(run_ids) - waiting:
+        with _LIVE_LOCK:
+            proxy = _LIVE_PROXIES.pop(run_id, None)
+        if proxy is not None:
+            proxy.stop()
+            stopped += 1
+    return stopped
+
+
+def _record_denial_now(run_id: int, attempt: Any) -> None:
+    # On the proxy's thread, while no runner is attached to the run.
+    try:
+        run_record_denial(run_id=run_id, attempt=attempt)
+    except Exception:
+        logger.exception("recording a denial of waiting run %s failed", run_id)
+    finally:
+        for conn in connections.all(initialized_only=True):
+            conn.close()
+
+
+def run_record_action(*, run_id: int, approval_id: int, phase: str) -> None:
+    """The intent to perform an approved action (``phase="intent"``), or its completion.
+
+    Committed before the runner goes on: an intent without a completion is what tells a crash
+    in the middle of a payment from one before it.
+    """
+    from approvals.models import ApprovalRequest
+
+    with transaction.atomic():
+        run = lock_run(run_id)
+        approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id, run=run)
+        if run.status != S.RUNNING or run.cancel_requested:
+            raise TransitionRefused(f"the run is {run.get_status_display().lower()}; not acting")
+        now = timezone.now()
+        if phase == "intent":
+            if approval.intent_at is not None:
+                raise TransitionRefused("this approved action was already started once")
+            approval.intent_at = now
+        else:
+            approval.completed_at = now
+        approval.save(update_fields=["intent_at", "completed_at"])
+        _event(run, f"action_{phase}", {"approval": approval.pk, "step": approval.step_id})
+        run.save(update_fields=["last_event_seq"])
+        audit_record(
+            action=f"approval.action_{'started' if phase == 'intent' else 'completed'}",
+            object_type="approval",
+            object_id=approval.pk,
+            actor_kind=AuditEvent.ActorKind.RUNNER,
+            after={"step": approval.step_id, "evidence_sha256": approval.evidence_sha256},
+            run_id=run.pk,
+            approval_id=approval.pk,
+        )
 
 
 class _Heartbeat:
@@ -515,7 +878,7 @@ def run_record_step(*, run_id: int, record: Any) -> StepResult:
             files[key] = str(path.relative_to(run_files_dir(run_id)))
     observation_json = json.dumps(record.observation, sort_keys=True) if record.observation else ""
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = lock_run(run_id)
         result = StepResult.objects.create(
             run=run,
             index=record.index,
@@ -576,7 +939,7 @@ def run_record_step(*, run_id: int, record: Any) -> StepResult:
 def run_record_denial(*, run_id: int, attempt: Any) -> None:
     """An egress attempt the proxy refused: shown on the run page, kept in the audit trail."""
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = lock_run(run_id)
         payload = {
             "host": attempt.host,
             "port": attempt.port,

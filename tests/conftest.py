@@ -59,6 +59,7 @@ def empty_append_only_tables(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     from django.db import connection
 
+    from approvals.models import ApprovalDecision, ApprovalRequest
     from pandaweb.audit.models import AuditEvent
     from pandaweb.audit.triggers import append_only_suspended
     from sessions.models import Run
@@ -67,6 +68,10 @@ def empty_append_only_tables(request: pytest.FixtureRequest) -> Iterator[None]:
 
     with append_only_suspended(connection):
         AuditEvent.objects.all().delete()
+    ApprovalDecision.objects.all().delete()
+    # Requests pin runs and each other (PROTECT): newest first.
+    for approval in ApprovalRequest.objects.order_by("-pk"):
+        approval.delete()
     Run.objects.all().delete()  # runs pin versions (PROTECT)
     with immutability_suspended(connection):
         WorkflowVersion.objects.all().delete()

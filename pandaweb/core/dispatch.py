@@ -22,17 +22,21 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def dispatch(task: Task, **kwargs: Any) -> None:
+def dispatch(task: Task, *, queue: str | None = None, **kwargs: Any) -> None:
     """Queue ``task(**kwargs)`` once the current transaction commits (at once outside one).
 
     Work must never start before the rows it reads are visible to it, hence ``on_commit``.
+    ``queue`` picks a Celery queue (e.g. one worker's own); in-process it changes nothing.
     """
-    transaction.on_commit(lambda: _send(task, kwargs))
+    transaction.on_commit(lambda: _send(task, kwargs, queue))
 
 
-def _send(task: Task, kwargs: dict[str, Any]) -> None:
+def _send(task: Task, kwargs: dict[str, Any], queue: str | None) -> None:
     if settings.RUN_EXECUTION == "celery":
-        task.apply_async(kwargs=kwargs)
+        if queue:
+            task.apply_async(kwargs=kwargs, queue=queue)
+        else:
+            task.apply_async(kwargs=kwargs)
     else:
         _thread_pool().submit(_run_in_thread, task, kwargs)
 

@@ -275,9 +275,16 @@ def test_cancel_kills_the_browser_within_two_seconds(
 class RecordingSink:
     def __init__(self) -> None:
         self.records: list[Any] = []
+        self.actions: list[tuple[str, int]] = []
 
     def step_finished(self, record: Any) -> None:
         self.records.append(record)
+
+    def action_starting(self, index: int) -> None:
+        self.actions.append(("intent", index))
+
+    def action_finished(self, index: int) -> None:
+        self.actions.append(("completion", index))
 
     def stop_reason(self) -> str | None:
         return None

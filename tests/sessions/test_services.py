@@ -94,7 +94,7 @@ def test_the_state_machine_refuses_jumps(operator: User, demo_workflow: Workflow
     run = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
 
     with pytest.raises(services.TransitionRefused, match="a queued run cannot become succeeded"):
-        services._transition(run, Run.Status.SUCCEEDED)
+        services.transition(run, Run.Status.SUCCEEDED)
 
 
 def test_the_reaper_interrupts_runs_whose_worker_went_quiet(

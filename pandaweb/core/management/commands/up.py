@@ -87,7 +87,10 @@ class Command(BaseCommand):
                     name=f"worker {index + 1}",
                     argv=[
                         python, "-m", "celery", "-A", "pandaweb", "worker",
-                        "--loglevel", "INFO", "--concurrency", "2",
+                        # Threads, not forked children: a run's egress proxy is a thread
+                        # of the process that started its browser, and the continuation after
+                        # an approval must find it there.
+                        "--loglevel", "INFO", "--pool", "threads", "--concurrency", "2",
                         "--hostname", f"worker{index + 1}@%h",
                         # The shared queue, and this machine's own: a sandbox lives on one host,
                         # so work on it (cancel, continue after approval) must reach that host.
