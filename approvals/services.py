@@ -198,7 +198,8 @@ def approval_decide(
             raise ApprovalRefused(
                 f"this request is already {approval.get_status_display().lower()}"
             )
-        if timezone.now() >= approval.expires_at:
+        expired_now = timezone.now() >= approval.expires_at
+        if expired_now:
             destroy = _expire(run, approval)
         elif evidence_sha256 != approval.evidence_sha256:
             raise ApprovalRefused("the evidence changed since you opened it: look again")
@@ -236,12 +237,14 @@ def approval_decide(
                 )
             elif approvals >= approval.quorum:
                 continue_on = _approve(run, approval)
-        if destroy is None and continue_on is None:
+        if destroy is None and continue_on is None and not expired_now:
             return approval
     if destroy:
         from sessions.services import destroy_sandbox
 
         destroy_sandbox(destroy)
+    if expired_now:
+        raise ApprovalRefused("this request is already expired")
     if continue_on is not None:
         _dispatch_continuation(run.pk, approval.pk, continue_on)
     return approval
