@@ -27,7 +27,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pandaweb.demo_portal.server import PortalHandler, PortalServer, make_server  # noqa: E402
+from pandaweb.demo_portal.server import PortalServer, make_server  # noqa: E402
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME, PortalState  # noqa: E402
 from sessions.proxy import EgressPolicy, EgressProxy  # noqa: E402
 from sessions.sandbox import Sandbox, SandboxSpec  # noqa: E402
@@ -55,27 +55,14 @@ def load_line() -> str:
 # The portal --------------------------------------------------------------------------------------
 
 
-class SlowPortalHandler(PortalHandler):
-    """The portal's handler, answering every request late by the server's ``bench_delay``
-    seconds (a remote portal). The portal module itself has no latency setting."""
-
-    def _handle(self, method: str) -> None:
-        delay = float(getattr(self.server, "bench_delay", 0.0))
-        if delay > 0:
-            time.sleep(delay)
-        super()._handle(method)
-
-
 def set_delay(server: PortalServer, seconds: float) -> None:
-    server.bench_delay = seconds  # type: ignore[attr-defined]
+    server.latency = seconds
 
 
 @contextmanager
 def portal() -> Iterator[PortalServer]:
-    """The demo portal on a free loopback port; ``set_delay`` slows every response down."""
+    """The demo portal on a free loopback port; ``set_delay`` slows every answer down."""
     server = make_server("127.0.0.1", 0)
-    server.RequestHandlerClass = SlowPortalHandler
-    set_delay(server, 0.0)
     thread = threading.Thread(target=server.serve_forever, name="portal", daemon=True)
     thread.start()
     try:

@@ -14,6 +14,7 @@ import logging
 import math
 import re
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -380,6 +381,11 @@ class PortalServer(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         super().__init__(address, PortalHandler)
         self.state = state
+        # Seconds every answer is held back, as a remote portal's would be (benchmarks).
+        self.latency = 0.0
+        # Extra seconds for paths matching a pattern: an answer that is slow to come back after
+        # the portal has already acted (tests of a worker lost in the middle of a payment).
+        self.slow_paths: dict[str, float] = {}
 
 
 class PortalHandler(BaseHTTPRequestHandler):
@@ -426,6 +432,13 @@ class PortalHandler(BaseHTTPRequestHandler):
                 pages.message_page("Server error", "Something went wrong.", user=None),
                 HTTPStatus.INTERNAL_SERVER_ERROR,
             )
+        delay = server.latency + sum(
+            seconds
+            for pattern, seconds in server.slow_paths.items()
+            if re.search(pattern, url.path)
+        )
+        if delay > 0:
+            time.sleep(delay)
         self._send(response)
 
     def _send(self, response: Response) -> None:

@@ -48,8 +48,8 @@ def reviewer(db: None) -> User:
     return user_with_role(Role.REVIEWERS, username="rory")
 
 
-def browsers_of(run: Run) -> list[psutil.Process]:
-    key = f"run-{run.pk}-"
+def browsers_of(run_key: str) -> list[psutil.Process]:
+    key = f"/{run_key}/"
     found = []
     for process in psutil.process_iter(["cmdline"]):
         try:
@@ -87,6 +87,8 @@ def test_the_gate_holds_the_payment_until_a_reviewer_approves_then_pays_once(
     run = gated_run(operator, portal_server, portal)
 
     assert run.status == Run.Status.AWAITING_APPROVAL, run.failure_reason
+    assert run.sandbox is not None
+    key = run.sandbox["run_key"]
     approval = run.approvals.get()
     evidence = approval.evidence
     assert approval.action == (
@@ -103,7 +105,7 @@ def test_the_gate_holds_the_payment_until_a_reviewer_approves_then_pays_once(
     assert approval.evidence_sha256 == approvals.evidence_hash(evidence)
     files = Path(settings.RUN_FILES_DIR) / str(run.pk)
     assert (files / approval.outlined).read_bytes() != (files / approval.screenshot).read_bytes()
-    assert browsers_of(run), "the browser must wait, alive, for the decision"
+    assert browsers_of(key), "the browser must wait, alive, for the decision"
     assert fetch_json(f"{portal}/api/payments") == []
 
     approvals.approval_decide(
@@ -129,7 +131,7 @@ def test_the_gate_holds_the_payment_until_a_reviewer_approves_then_pays_once(
     payments = fetch_json(f"{portal}/api/payments")
     assert len(payments) == 1
     assert payments[0]["invoice"] == run.inputs["invoice"]
-    assert browsers_of(run) == []
+    assert browsers_of(key) == []
 
 
 def test_a_rejection_cancels_the_run_and_nothing_is_paid(
@@ -142,6 +144,8 @@ def test_a_rejection_cancels_the_run_and_nothing_is_paid(
 ) -> None:
     run = gated_run(operator, portal_server, portal)
     approval = run.approvals.get()
+    assert run.sandbox is not None
+    key = run.sandbox["run_key"]
 
     with pytest.raises(approvals.ApprovalRefused, match="needs a reason"):
         approvals.approval_decide(
@@ -159,7 +163,7 @@ def test_a_rejection_cancels_the_run_and_nothing_is_paid(
     assert run.status == Run.Status.CANCELLED
     assert run.failure_reason == "rejected by rory: wrong IBAN"
     assert continuations == []
-    assert browsers_of(run) == []
+    assert browsers_of(key) == []
     assert fetch_json(f"{portal}/api/payments") == []
 
 
@@ -175,6 +179,7 @@ def test_a_page_that_changed_since_approval_is_not_acted_on_but_asked_again(
     approval = run.approvals.get()
     # The page changes under the waiting robot (as a portal that re-prices a draft would).
     assert run.sandbox is not None
+    key = run.sandbox["run_key"]
     with sync_playwright() as playwright:
         browser = playwright.chromium.connect_over_cdp(run.sandbox["cdp_url"])
         page = browser.contexts[0].pages[-1]
@@ -196,10 +201,119 @@ def test_a_page_that_changed_since_approval_is_not_acted_on_but_asked_again(
     assert approval.intent_at is None
     again = approval.superseded_by
     assert again.status == ApprovalRequest.Status.PENDING
-    assert any("9,999.00" in change for change in again.evidence["changes"]), again.evidence["changes"]
+    assert any("9,999.00" in change for change in again.evidence["changes"]), again.evidence[
+        "changes"
+    ]
     assert fetch_json(f"{portal}/api/payments") == []
 
     services.run_cancel(run_id=run.pk, user=operator)
     again.refresh_from_db()
     assert again.status == ApprovalRequest.Status.VOIDED
-    assert browsers_of(run) == []
+    assert browsers_of(key) == []
+
+
+def _database_url() -> str:
+    from django.db import connection
+
+    params = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{params['NAME']}"
+    host, port = params.get("HOST") or "127.0.0.1", params.get("PORT") or 5432
+    return f"postgresql://{params['USER']}@{host}:{port}/{params['NAME']}"
+
+
+# The worker: executes the run to its gate, waits for the approval, continues. One process, as a
+# Celery worker holding the browser's proxy would be.
+WORKER = """
+import time
+from approvals.models import ApprovalRequest
+from sessions import services
+services.run_execute(run_id={run})
+while not ApprovalRequest.objects.filter(run_id={run}, status="approved").exists():
+    time.sleep(0.1)
+approval = ApprovalRequest.objects.get(run_id={run}, status="approved")
+services.run_continue(run_id={run}, approval_id=approval.pk)
+"""
+
+
+def test_a_worker_killed_inside_the_payment_needs_reconciliation_and_never_pays_twice(
+    operator: User,
+    acme_credential: Credential,
+    reviewer: User,
+    portal_server: PortalServer,
+    portal: str,
+    continuations: list[dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from datetime import timedelta
+
+    document = yaml.safe_load(
+        EXAMPLE.read_text().replace("127.0.0.1:8001", portal.removeprefix("http://"))
+    )
+    workflow = publish(operator, document)
+    invoice = next(i for i in portal_server.state.invoices() if i.status == "open")
+    run = services.run_launch(
+        workflow_id=workflow.pk,
+        user=operator,
+        raw_inputs={"invoice": invoice.number, "amount": f"{invoice.amount_due:.2f}"},
+    )
+    # The portal records the payment at once but answers late: the worker dies in between.
+    portal_server.slow_paths = {r"/pay/submit$": 30.0}
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "PANDAWEB_RUN_FILES_DIR": str(tmp_path / "worker-runs"),
+        "DJANGO_SETTINGS_MODULE": "pandaweb.settings",
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "shell", "-c", WORKER.format(run=run.pk)],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not ApprovalRequest.objects.filter(run=run).exists():
+            assert worker.poll() is None, "the worker exited before the gate"
+            assert time.monotonic() < deadline, "the run never reached its gate"
+            time.sleep(0.2)
+        approval = ApprovalRequest.objects.get(run=run)
+        run.refresh_from_db()
+        assert run.sandbox is not None
+        key = run.sandbox["run_key"]
+        approvals.approval_decide(
+            approval_id=approval.pk,
+            user=reviewer,
+            approve=True,
+            evidence_sha256=approval.evidence_sha256,
+        )
+        while not portal_server.state.payments():
+            approval.refresh_from_db()
+            assert worker.poll() is None, "the worker exited before paying"
+            assert time.monotonic() < deadline, "the payment was never sent"
+            time.sleep(0.1)
+        approval.refresh_from_db()
+        assert approval.intent_at is not None
+        assert approval.completed_at is None
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=10)
+
+    assert services.run_reap(stale_after=timedelta(seconds=0)) == [run.pk]
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.NEEDS_RECONCILIATION
+    assert "may have happened" in run.failure_reason
+    gone_by = time.monotonic() + 10
+    while browsers_of(key):
+        assert time.monotonic() < gone_by, "Chromium outlived its worker"
+        time.sleep(0.1)
+    # Nothing retries it: the payment stays single, and the run waits for a person.
+    services.run_reap(stale_after=timedelta(seconds=0))
+    assert len(fetch_json(f"{portal}/api/payments")) == 1
+    run.refresh_from_db()
+    assert run.status == Run.Status.NEEDS_RECONCILIATION

@@ -28,8 +28,7 @@ def test_the_demo_workflow_runs_live_and_stops_before_paying(page: Page, stack: 
     expect(timeline.first).to_be_visible(timeout=60_000)
     expect(timeline).to_have_count(13, timeout=180_000)
     header = page.locator("#run-header")
-    expect(header).to_contain_text("Failed", timeout=30_000)
-    expect(header).to_contain_text("approval required: step 14 'submit-payment' is irreversible")
+    expect(header).to_contain_text("Awaiting approval", timeout=30_000)
     expect(page.locator("#step-5")).to_contain_text("Extract total (money)")
     # The invoice was downloaded as evidence; nothing was paid.
     expect(page.get_by_role("link", name=f"{invoice.number}.csv")).to_be_visible()

@@ -78,10 +78,8 @@ def test_the_demo_workflow_runs_to_its_irreversible_step_and_stops_there(
     run = execute(run)
 
     steps = list(run.step_results.order_by("index"))
-    assert run.status == Run.Status.FAILED, [(s.step_id, s.error) for s in steps]
-    assert run.failure_reason == (
-        "approval required: step 14 'submit-payment' is irreversible and needs approval"
-    )
+    assert run.status == Run.Status.AWAITING_APPROVAL, [(s.step_id, s.error) for s in steps]
+    assert run.approvals.get().step_id == "submit-payment"
     assert [s.status for s in steps] == ["succeeded"] * 13
     assert run.outputs["total"] == amount
     assert fetch_json(f"{portal}/api/payments") == []
@@ -98,6 +96,10 @@ def test_the_demo_workflow_runs_to_its_irreversible_step_and_stops_there(
     assert by_id["fill-iban"].screenshot_sha256 != by_id["fill-amount"].screenshot_sha256
     picture = Path(settings.RUN_FILES_DIR) / str(run.pk) / by_id["check-amount"].screenshot
     assert Image.open(picture).format == "JPEG"
+    # The browser waits for the decision; cancelling the run ends it.
+    assert chromium_of(run)
+    services.run_cancel(run_id=run.pk, user=operator)
+    run.refresh_from_db()
     assert chromium_of(run) == []
     assert run.sandbox is None
     assert AuditEvent.objects.filter(action="credential.used", run_id=run.pk).count() == 1
