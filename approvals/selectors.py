@@ -17,13 +17,9 @@ def approval_pending_count() -> int:
     return ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING).count()
 
 
-def approval_pending_list() -> QuerySet[ApprovalRequest]:
-    return ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING).order_by(
-        "created_at"
-    )
-
-
-def approval_queue(*, workflow_slug: str = "", pending_only: bool = True) -> QuerySet[ApprovalRequest]:
+def approval_queue(
+    *, workflow_slug: str = "", pending_only: bool = True
+) -> QuerySet[ApprovalRequest]:
     """The queue: pending requests oldest first (the next to decide on top); with every status,
     the latest first."""
     requests = ApprovalRequest.objects.select_related(
@@ -125,7 +121,8 @@ def approval_values(approval: ApprovalRequest) -> EvidenceValues:
     evidence = approval.evidence or {}
     run = approval.run
     parameters = {
-        p.get("name"): p for p in ((run.version.document or {}) if run else {}).get("parameters", [])
+        p.get("name"): p
+        for p in ((run.version.document or {}) if run else {}).get("parameters", [])
     }
     inputs = [
         SourceValue(

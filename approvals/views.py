@@ -129,7 +129,9 @@ def _panel_context(
         "approval": approval,
         "run": approval.run,
         "decisions": decisions,
-        "approvals_given": sum(1 for d in decisions if d.verdict == ApprovalDecision.Verdict.APPROVE),
+        "approvals_given": sum(
+            1 for d in decisions if d.verdict == ApprovalDecision.Verdict.APPROVE
+        ),
         "my_decision": next((d for d in decisions if d.reviewer_id == request.user.pk), None),
         "overdue": pending and approval.expires_at <= timezone.now(),
         "refusal": _sentence(refusal)

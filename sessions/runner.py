@@ -25,11 +25,12 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from playwright.sync_api import Browser, BrowserContext, Download, Locator, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Download, Locator, Page
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from sessions import observation as observing
+from sessions.driver import with_browser
 from workflows.schema import (
     STEP_ADAPTER,
     AssertStep,
@@ -202,13 +203,7 @@ class Runner:
     # The loop ------------------------------------------------------------------------------
 
     def run(self, cdp_url: str) -> RunOutcome:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.connect_over_cdp(cdp_url, timeout=15_000)
-            try:
-                return self._run(browser)
-            finally:
-                # Disconnect only: the sandbox owns the browser and may outlive this task.
-                browser.close()
+        return with_browser(cdp_url, self._run)
 
     def _run(self, browser: Browser) -> RunOutcome:
         context = browser.contexts[0] if browser.contexts else browser.new_context()
@@ -341,10 +336,14 @@ class Runner:
             entry = dict(entry)
             entry.pop("on_page", None)
             if entry["url"] == page.url and not entry["secret"]:
-                field_target = Target.model_validate(entry["target"])
+                # A form posted to its own address leaves the URL as it was: the field may be
+                # gone, which is no reason to wait for it.
+                field = self._locate(page, Target.model_validate(entry["target"]), strict=False)
                 try:
-                    entry["on_page"] = self._locate(page, field_target).input_value(timeout=2_000)
-                except (PlaywrightError, StepFailed):
+                    entry["on_page"] = (
+                        field.first.input_value(timeout=1_000) if field.count() else None
+                    )
+                except PlaywrightError:
                     entry["on_page"] = None
             filled.append(entry)
         evidence = {
