@@ -80,8 +80,12 @@ class RunConsumer(AsyncWebsocketConsumer):
         user = get_user_model().objects.filter(pk=user_id).first() if user_id else None
         # The fragments carry the cancel button only for people who may cancel.
         can_cancel = user is not None and user_can(user, Capability.LAUNCH_RUNS)
+        can_reconcile = user is not None and user_can(user, Capability.DECIDE_APPROVALS)
         events = run_events_after(self.run_id, seq)
-        return [message_for(event, can_cancel=can_cancel) for event in events]
+        return [
+            message_for(event, can_cancel=can_cancel, can_reconcile=can_reconcile)
+            for event in events
+        ]
 
     @database_sync_to_async
     def _exists(self) -> bool:

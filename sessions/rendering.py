@@ -20,10 +20,17 @@ def side_html(run: Run) -> str:
     )
 
 
-def header_html(run: Run, *, can_cancel: bool = False) -> str:
-    return render_to_string(
-        "sessions/partials/_run_header.html", {"run": run, "can_cancel": can_cancel}
-    )
+def header_html(run: Run, *, can_cancel: bool = False, can_reconcile: bool = False) -> str:
+    from approvals.models import ApprovalRequest
+
+    pending = run.approvals.filter(status=ApprovalRequest.Status.PENDING).first()
+    context = {
+        "run": run,
+        "can_cancel": can_cancel,
+        "can_reconcile": can_reconcile,
+        "pending_approval": pending,
+    }
+    return render_to_string("sessions/partials/_run_header.html", context)
 
 
 def step_html(step: StepResult) -> str:
@@ -34,11 +41,16 @@ def denial_html(event: RunEvent) -> str:
     return render_to_string("sessions/partials/_denial.html", {"event": event})
 
 
-def fragments_for(event: RunEvent, *, can_cancel: bool = False) -> list[Fragment]:
+def fragments_for(
+    event: RunEvent, *, can_cancel: bool = False, can_reconcile: bool = False
+) -> list[Fragment]:
     """What changes on the run page when ``event`` happens (idempotent by element id)."""
     run = Run.objects.select_related("workflow", "version", "launched_by").get(pk=event.run_id)
     fragments: list[Fragment] = [
-        {"target": "#run-header", "html": header_html(run, can_cancel=can_cancel)},
+        {
+            "target": "#run-header",
+            "html": header_html(run, can_cancel=can_cancel, can_reconcile=can_reconcile),
+        },
         {"target": "#run-side", "html": side_html(run)},
     ]
     if event.type == "step":
@@ -54,7 +66,9 @@ def fragments_for(event: RunEvent, *, can_cancel: bool = False) -> list[Fragment
     return fragments
 
 
-def message_for(event: RunEvent, *, can_cancel: bool = False) -> dict[str, Any]:
+def message_for(
+    event: RunEvent, *, can_cancel: bool = False, can_reconcile: bool = False
+) -> dict[str, Any]:
     run_final = Run.objects.filter(pk=event.run_id, status__in=Run.FINAL).exists()
-    fragments = fragments_for(event, can_cancel=can_cancel)
+    fragments = fragments_for(event, can_cancel=can_cancel, can_reconcile=can_reconcile)
     return {"seq": event.seq, "fragments": fragments, "final": run_final}

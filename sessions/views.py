@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
-from sessions import selectors, services
+from sessions import rendering, selectors, services
 from sessions.forms import LaunchForm
 from workflows import selectors as workflow_selectors
 from workflows.schema import Parameter
@@ -70,7 +70,11 @@ def run_detail(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
         "steps": selectors.run_steps(run),
         "denials": selectors.run_denials(run),
         "artifacts": run.artifacts.all(),
-        "can_cancel": user_can(request.user, Capability.LAUNCH_RUNS),
+        "header": rendering.header_html(
+            run,
+            can_cancel=user_can(request.user, Capability.LAUNCH_RUNS),
+            can_reconcile=user_can(request.user, Capability.DECIDE_APPROVALS),
+        ),
     }
     return render(request, "sessions/detail.html", context)
 
@@ -91,6 +95,27 @@ def run_cancel(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(run_id)
     services.run_cancel(run_id=run.pk, user=request.user)
     messages.info(request, f"Run #{run.pk} cancelled; its browser is gone.")
+    return redirect("runs:detail", run_id=run.pk)
+
+
+@require_POST
+@capability_required(Capability.DECIDE_APPROVALS)
+def run_reconcile(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get(run_id)
+    happened = request.POST.get("happened")
+    if happened not in ("yes", "no"):
+        return HttpResponse("say whether the action happened", status=400)
+    try:
+        services.run_reconcile(
+            run_id=run.pk,
+            user=request.user,
+            happened=happened == "yes",
+            note=request.POST.get("note", ""),
+        )
+    except services.RunError as exc:
+        messages.error(request, f"Nothing was recorded: {exc}.")
+    else:
+        messages.info(request, f"Run #{run.pk} reconciled.")
     return redirect("runs:detail", run_id=run.pk)
 
 

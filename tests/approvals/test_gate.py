@@ -45,7 +45,7 @@ def continuations(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def reviewer(db: None) -> User:
-    return user_with_role(Role.REVIEWERS, username="rory")
+    return user_with_role(Role.REVIEWERS, username="rory", email="rory@example.test")
 
 
 def browsers_of(run_key: str) -> list[psutil.Process]:
@@ -83,6 +83,7 @@ def test_the_gate_holds_the_payment_until_a_reviewer_approves_then_pays_once(
     portal_server: PortalServer,
     portal: str,
     continuations: list[dict[str, Any]],
+    mailoutbox: list[Any],
 ) -> None:
     run = gated_run(operator, portal_server, portal)
 
@@ -107,6 +108,10 @@ def test_the_gate_holds_the_payment_until_a_reviewer_approves_then_pays_once(
     assert (files / approval.outlined).read_bytes() != (files / approval.screenshot).read_bytes()
     assert browsers_of(key), "the browser must wait, alive, for the decision"
     assert fetch_json(f"{portal}/api/payments") == []
+    [mail] = mailoutbox
+    assert mail.to == ["rory@example.test"]
+    assert approval.action in mail.body
+    assert f"/approvals/{approval.pk}/" in mail.body
 
     approvals.approval_decide(
         approval_id=approval.pk,

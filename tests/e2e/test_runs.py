@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import json
+import urllib.request
+
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from pandaweb.core.roles import Role
 from pandaweb.demo_portal.state import PortalState
@@ -11,7 +14,9 @@ from tests.e2e.test_dashboard import log_in
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
-def test_the_demo_workflow_runs_live_and_stops_before_paying(page: Page, stack: Stack) -> None:
+def test_the_demo_workflow_waits_for_a_reviewer_then_pays_once(
+    page: Page, browser: Browser, stack: Stack
+) -> None:
     stack.manage("demo_workflow")
     # The portal starts from the same fixed data every time.
     invoice = next(i for i in PortalState().invoices() if i.status == "open")
@@ -33,6 +38,33 @@ def test_the_demo_workflow_runs_live_and_stops_before_paying(page: Page, stack: 
     # The invoice was downloaded as evidence; nothing was paid.
     expect(page.get_by_role("link", name=f"{invoice.number}.csv")).to_be_visible()
     assert "RCPT-" not in page.content()
+
+    # A reviewer, in a browser of their own, decides from the queue while looking at the evidence.
+    reviewer_context = browser.new_context()
+    try:
+        reviewer = reviewer_context.new_page()
+        log_in(reviewer, stack, Role.REVIEWERS)
+        reviewer.get_by_role("navigation", name="Main").get_by_role(
+            "link", name="Approvals"
+        ).click()
+        reviewer.get_by_role("link", name="Click the button 'Submit payment'").click()
+        expect(reviewer.get_by_role("heading", level=1)).to_contain_text(
+            f"Click the button 'Submit payment' on {stack.portal_url.rstrip('/')}"
+        )
+        expect(reviewer.get_by_text(f"{invoice.amount_due:.2f}").first).to_be_visible()
+        reviewer.get_by_role("button", name="Approve this action").click()
+        expect(reviewer.locator("body")).to_contain_text("Approved", timeout=30_000)
+    finally:
+        reviewer_context.close()
+
+    # The operator's page follows the run to its end, live; the portal recorded one payment.
+    expect(header).to_contain_text("Succeeded", timeout=120_000)
+    expect(timeline).to_have_count(17, timeout=30_000)
+    # No proxy from the environment: this request is for the loopback portal only.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"{stack.portal_url.rstrip('/')}/api/payments", timeout=10) as answer:
+        payments = json.load(answer)
+    assert [p["invoice"] for p in payments] == [invoice.number]
 
     page.locator("#step-0 .thumb").click()
     expect(page.get_by_role("heading", level=1)).to_contain_text("Step 1: Go to")

@@ -74,3 +74,52 @@ def test_run_files_cannot_escape_the_run_directory(operator: User, demo_workflow
 
     assert client.get(f"/runs/{run.pk}/files/../../secret_key").status_code == 404
     assert client.get(f"/runs/{run.pk}/files/steps/none.png").status_code == 404
+
+
+def test_a_reviewer_reconciles_an_uncertain_action_from_the_run_page(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from approvals.models import ApprovalRequest
+    from sessions import services
+
+    run = services.run_launch(
+        workflow_id=demo_workflow.pk,
+        user=operator,
+        raw_inputs={"invoice": "INV-1001", "amount": "1250.00"},
+    )
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.NEEDS_RECONCILIATION, failure_reason="the worker stopped"
+    )
+    ApprovalRequest.objects.create(
+        run=run,
+        step_index=13,
+        step_id="submit-payment",
+        status=ApprovalRequest.Status.APPROVED,
+        intent_at=timezone.now(),
+        expires_at=timezone.now() + timedelta(hours=1),
+    )
+    reviewer = Client()
+    reviewer.force_login(user_with_role(Role.REVIEWERS, username="rory"))
+    watcher = Client()
+    watcher.force_login(operator)
+
+    assert "Did the action happen?" in reviewer.get(f"/runs/{run.pk}/").content.decode()
+    page = watcher.get(f"/runs/{run.pk}/").content.decode()
+    assert "Did the action happen?" not in page
+    assert "Cancel run" not in page
+    assert watcher.post(f"/runs/{run.pk}/reconcile/", {"happened": "no"}).status_code == 403
+    reviewer.post(f"/runs/{run.pk}/reconcile/", {"happened": "no", "note": ""})
+    run.refresh_from_db()
+    assert run.status == Run.Status.NEEDS_RECONCILIATION
+
+    reviewer.post(
+        f"/runs/{run.pk}/reconcile/", {"happened": "no", "note": "no receipt in the portal"}
+    )
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert run.failure_reason == "rory confirmed the action did not happen"
