@@ -7,3 +7,6 @@ class AuditConfig(AppConfig):
     name = "pandaweb.audit"
     label = "audit"
     verbose_name = "Audit trail"
+
+    def ready(self) -> None:
+        from pandaweb.audit import signals  # noqa: F401  (connects the receivers)
