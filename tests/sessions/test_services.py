@@ -113,3 +113,26 @@ def test_the_reaper_interrupts_runs_whose_worker_went_quiet(
     assert run.status == Run.Status.INTERRUPTED
     assert "stopped answering" in run.failure_reason
     assert fresh.status == Run.Status.RUNNING
+
+
+def test_cancelling_a_run_whose_browser_is_on_another_host_sends_the_kill_there(
+    operator: User, demo_workflow: Workflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessions.tasks import sandbox_destroy_task
+
+    sent: list[dict[str, object]] = []
+    monkeypatch.setattr(sandbox_destroy_task, "apply_async", lambda **kwargs: sent.append(kwargs))
+    run = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
+    record = {
+        "backend": "local", "run_key": f"run-{run.pk}-x", "cdp_url": "http://127.0.0.1:9",
+        "pid": 1, "pgid": 1, "workdir": "/nonexistent", "started_at": 0.0, "deadline": 1.0,
+        "ready_seconds": 0.1, "host": "worker-host-2",
+    }  # fmt: skip
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING, sandbox=record)
+
+    services.run_cancel(run_id=run.pk, user=operator)
+
+    # The process ids and paths in the record mean something only on that machine.
+    assert sent == [{"kwargs": {"sandbox": record}, "queue": "host.worker-host-2"}]
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
