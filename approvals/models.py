@@ -24,7 +24,7 @@ class ApprovalRequest(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="approvals", null=True)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="approvals")
     step_index = models.PositiveIntegerField(default=0)
     step_id = models.CharField(max_length=63, blank=True)
     action = models.TextField(blank=True)

@@ -47,7 +47,7 @@ def approval_get(approval_id: int) -> ApprovalRequest:
     try:
         return ApprovalRequest.objects.select_related(
             "run__workflow", "run__version__author", "run__launched_by", "previous"
-        ).get(pk=approval_id, run__isnull=False)
+        ).get(pk=approval_id)
     except ApprovalRequest.DoesNotExist:
         raise Http404("no such approval request") from None
 

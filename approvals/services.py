@@ -129,7 +129,6 @@ def _notify_reviewers(approval: ApprovalRequest) -> None:
     if not recipients:
         return
     run = approval.run
-    assert run is not None
     subject = f"Approval needed: {run.workflow.name} (run #{run.pk})"
     body = (
         f"{approval.action}\n\nRequested by run #{run.pk}, launched by "
@@ -152,7 +151,6 @@ def _notify_reviewers(approval: ApprovalRequest) -> None:
 def approval_refusal(user: User, approval: ApprovalRequest) -> str | None:
     """Why ``user`` may not decide ``approval`` (None when they may)."""
     run = approval.run
-    assert run is not None
     if not user_can(user, Capability.DECIDE_APPROVALS):
         return "you are not allowed to decide approvals"
     admin = user.is_superuser or user.groups.filter(name=Role.ADMINS.value).exists()

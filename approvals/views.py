@@ -149,7 +149,6 @@ def _detail_context(
     request: AuthenticatedRequest, approval: ApprovalRequest, **panel: Any
 ) -> dict[str, Any]:
     run = approval.run
-    assert run is not None  # approval_get only finds requests of a run
     evidence = approval.evidence or {}
     return {
         **_panel_context(request, approval, **panel),

@@ -227,7 +227,13 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": "pandaweb:channels"},
+            "CONFIG": {
+                # redis-py 8 reads with a 5 s socket timeout by default, as long as the blocking
+                # pop channels_redis waits on: consumers then die with "Timeout reading from"
+                # (redis/redis-py#4091). Reads may take longer than the pop, never forever.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                "prefix": "pandaweb:channels",
+            },
         }
     }
 else:

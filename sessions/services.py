@@ -313,6 +313,10 @@ def run_reconcile(*, run_id: int, user: User, happened: bool, note: str) -> Run:
 def destroy_sandbox(data: dict[str, Any]) -> None:
     from sessions.sandbox import Sandbox, get_backend
 
+    proxy = _live_proxy(str(data.get("run_key", "")))
+    if proxy is not None:  # the run waited here; nothing will go through its proxy again
+        proxy.stop()
+
     sandbox = Sandbox.from_dict(data)
     if sandbox.host != socket.gethostname():
         from sessions.tasks import sandbox_destroy_task
@@ -489,7 +493,7 @@ def run_continue(*, run_id: int, approval_id: int) -> None:
         approval.continued_at = timezone.now()
         approval.save(update_fields=["continued_at"])
         record = run.sandbox or {}
-        proxy = _live_proxy(run_id)
+        proxy = _live_proxy(record.get("run_key", ""))
         if proxy is None or record.get("owner") != _owner():
             # The process that held this run's browser and proxy is gone: the browser has no
             # way out any more, and nothing was done. Fail closed.
@@ -607,7 +611,7 @@ def _await_approval(run_id: int, outcome: Any, sandbox: Any, proxy: Any, *, prev
         run_fail_waiting(run_id=run_id, reason=f"the browser was lost while waiting: {exc}")
         return False
     proxy.on_denied = lambda attempt: _record_denial_now(run_id, attempt)
-    _keep_proxy(run_id, proxy)
+    _keep_proxy(run_id, sandbox.run_key, proxy)
     return True
 
 
@@ -691,7 +695,8 @@ def _finish(run_id: int, status: str, reason: str, **fields: Any) -> None:
 # sandbox record names its owner (Celery node and pid) and the decision routes the continuation
 # to that node's own queue (in the embedded default, the same process's thread pool).
 
-_LIVE_PROXIES: dict[int, Any] = {}
+# sandbox run_key → (run id, proxy)
+_LIVE_PROXIES: dict[str, tuple[int, Any]] = {}
 _LIVE_LOCK = threading.Lock()
 
 
@@ -714,10 +719,10 @@ _SWEEP_SECONDS = 30.0
 _sweeper: threading.Thread | None = None
 
 
-def _keep_proxy(run_id: int, proxy: Any) -> None:
+def _keep_proxy(run_id: int, run_key: str, proxy: Any) -> None:
     global _sweeper
     with _LIVE_LOCK:
-        _LIVE_PROXIES[run_id] = proxy
+        _LIVE_PROXIES[run_key] = (run_id, proxy)
         if _sweeper is None or not _sweeper.is_alive():
             _sweeper = threading.Thread(target=_sweep_forever, name="proxy-sweeper", daemon=True)
             _sweeper.start()
@@ -725,9 +730,14 @@ def _keep_proxy(run_id: int, proxy: Any) -> None:
 
 def _sweep_forever() -> None:
     # Each process sweeps its own proxies: a run decided, cancelled or expired elsewhere leaves
-    # its proxy here otherwise.
+    # its proxy here otherwise. The thread ends when there is nothing left to watch.
+    global _sweeper
     while True:
         time.sleep(_SWEEP_SECONDS)
+        with _LIVE_LOCK:
+            if not _LIVE_PROXIES:
+                _sweeper = None
+                return
         try:
             sweep_waiting_proxies()
         except Exception:
@@ -737,9 +747,10 @@ def _sweep_forever() -> None:
                 conn.close()
 
 
-def _live_proxy(run_id: int) -> Any:
+def _live_proxy(run_key: str) -> Any:
     with _LIVE_LOCK:
-        return _LIVE_PROXIES.pop(run_id, None)
+        entry = _LIVE_PROXIES.pop(run_key, None)
+    return entry[1] if entry else None
 
 
 def _release(run_id: int, record: dict[str, Any], proxy: Any) -> None:
@@ -751,21 +762,21 @@ def sweep_waiting_proxies() -> int:
     """Stop the proxies of this process whose run no longer waits (decided elsewhere, expired,
     cancelled). Called periodically; returns how many were stopped."""
     with _LIVE_LOCK:
-        run_ids = list(_LIVE_PROXIES)
-    if not run_ids:
+        entries = dict(_LIVE_PROXIES)
+    if not entries:
         return 0
     waiting = set(
-        Run.objects.filter(pk__in=run_ids)
+        Run.objects.filter(pk__in=[run_id for run_id, _ in entries.values()])
         .exclude(status__in=Run.FINAL | {S.NEEDS_RECONCILIATION})
         .values_list("pk", flat=True)
     )
     stopped = 0
-    for run_id in set(run_ids) - waiting:
-        with _LIVE_LOCK:
-            proxy = _LIVE_PROXIES.pop(run_id, None)
-        if proxy is not None:
-            proxy.stop()
-            stopped += 1
+    for run_key, (run_id, _) in entries.items():
+        if run_id not in waiting:
+            proxy = _live_proxy(run_key)
+            if proxy is not None:
+                proxy.stop()
+                stopped += 1
     return stopped
 
 

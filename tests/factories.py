@@ -4,12 +4,14 @@ from datetime import timedelta
 from typing import Any
 
 import factory
+import yaml
 from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from pandaweb.core.roles import Role
 from pandaweb.core.services import roles_sync
+from sessions.models import Run
 
 PASSWORD = "correct horse battery staple"
 
@@ -32,8 +34,35 @@ def user_with_role(role: Role | None, **kwargs: Any) -> User:
     return user
 
 
+def waiting_run() -> Run:
+    """A run of a small published workflow, parked at its gate (no browser behind it)."""
+    from workflows import services as workflow_services
+
+    launcher = user_with_role(Role.OPERATORS)
+    slug = f"gated-{launcher.pk}"
+    document = {
+        "pandaweb": 1, "name": f"Gated {launcher.pk}", "slug": slug,
+        "settings": {"allowed_hosts": ["127.0.0.1:8001"]},
+        "steps": [{"id": "pay", "type": "click", "target": {"role": "button", "name": "Pay"},
+                   "irreversible": True}],
+    }  # fmt: skip
+    workflow = workflow_services.workflow_import(user=launcher, text=yaml.safe_dump(document))
+    version = workflow_services.workflow_publish(
+        workflow_id=workflow.pk, user=launcher, message="gated", accept_warnings=True
+    )
+    return Run.objects.create(
+        workflow=workflow,
+        version=version,
+        launched_by=launcher,
+        status=Run.Status.AWAITING_APPROVAL,
+    )
+
+
 class ApprovalRequestFactory(factory.django.DjangoModelFactory[ApprovalRequest]):
     class Meta:
         model = ApprovalRequest
 
+    run = factory.LazyFunction(waiting_run)
+    step_id = "pay"
+    action = "Click the button 'Pay' on http://127.0.0.1:8001/"
     expires_at = factory.LazyFunction(lambda: timezone.now() + timedelta(hours=1))

@@ -1,14 +1,218 @@
+"""The audit pages: the trail with filters, a run's timeline, chain verification and the run's
+evidence bundle. Reading needs VIEW_AUDIT; verifying and exporting need EXPORT_AUDIT (Compliance
+and Admins hold both)."""
+
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
 
-from pandaweb.core.permissions import capability_required
+from django import forms
+from django.contrib.auth.models import User
+from django.http import FileResponse, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET, require_POST
+
+from pandaweb.audit import selectors
+from pandaweb.audit.bundles import run_bundle_to_file
+from pandaweb.audit.chain import VerifyResult
+from pandaweb.audit.models import AuditEvent
+from pandaweb.audit.services import audit_verify_database
+from pandaweb.core.http import AuthenticatedRequest
+from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
+from sessions.models import Run
+
+_DATE = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
+
+
+class EventFilterForm(forms.Form):
+    """The filters of the audit page, from the query string (every field optional)."""
+
+    date_from = forms.DateField(required=False, label="From", widget=_DATE)
+    date_to = forms.DateField(required=False, label="To", widget=_DATE)
+    actor = forms.CharField(required=False, max_length=150, label="Actor")
+    action = forms.CharField(required=False, max_length=100, label="Action")
+    workflow = forms.ChoiceField(required=False, label="Workflow")
+    run = forms.IntegerField(required=False, min_value=1, label="Run")
+    before = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    after = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.workflows = list(selectors.workflow_choices())
+        self.fields["workflow"].choices = [("", "All workflows")] + [  # type: ignore[attr-defined]
+            (w.slug, w.name) for w in self.workflows
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        start, end = data.get("date_from"), data.get("date_to")
+        if start and end and start > end:
+            self.add_error("date_to", "The end date is before the start date.")
+        return data
+
+    def filters(self) -> selectors.EventFilters:
+        """The valid filters (a field with an error does not filter)."""
+        data = self.cleaned_data if self.is_bound else {}
+        return selectors.EventFilters(
+            date_from=data.get("date_from"),
+            date_to=data.get("date_to"),
+            actor=(data.get("actor") or "").strip(),
+            action=(data.get("action") or "").strip(),
+            workflow=data.get("workflow") or "",
+            run_id=data.get("run"),
+        )
+
+    def query(self, **cursor: int) -> str:
+        """The query string of these filters, with a page cursor."""
+        data = self.cleaned_data if self.is_bound else {}
+        pairs = [
+            (name, data[name].isoformat() if hasattr(data[name], "isoformat") else data[name])
+            for name in ("date_from", "date_to", "actor", "action", "workflow", "run")
+            if data.get(name) not in (None, "")
+        ]
+        pairs += list(cursor.items())
+        return "?" + urlencode(pairs) if pairs else "?"
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """One event of the table, with its JSON made readable."""
+
+    event: AuditEvent
+    before: str
+    after: str
+    extra: str
+
+    @property
+    def has_details(self) -> bool:
+        return bool(self.before or self.after or self.extra or self.event.request_id)
+
+
+def _pretty(value: Any) -> str:
+    if value in (None, {}, []):
+        return ""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _row(event: AuditEvent) -> EventRow:
+    return EventRow(
+        event=event,
+        before=_pretty(event.before),
+        after=_pretty(event.after),
+        extra=_pretty(event.extra),
+    )
 
 
 @require_GET
 @capability_required(Capability.VIEW_AUDIT)
-def audit_index(request: HttpRequest) -> HttpResponse:
-    return render(request, "audit/index.html")
+def audit_index(request: AuthenticatedRequest) -> HttpResponse:
+    # A history restore (back button, cache miss) needs the whole page.
+    partial = request.htmx and not request.htmx.history_restore_request
+    template = "audit/index.html#table" if partial else "audit/index.html"
+    return render(request, template, _index_context(request))
+
+
+def _index_context(request: AuthenticatedRequest) -> dict[str, Any]:
+    form = EventFilterForm(request.GET or None)
+    if form.is_bound:
+        form.is_valid()
+    filters = form.filters()
+    data = form.cleaned_data if form.is_bound else {}
+    page = selectors.audit_page(
+        selectors.audit_events(filters), before=data.get("before"), after=data.get("after")
+    )
+    return {
+        "form": form,
+        "filters": filters,
+        "rows": [_row(event) for event in page.events],
+        "page": page,
+        "newer_query": form.query(after=page.newer_than) if page.newer_than else "",
+        "older_query": form.query(before=page.older_than) if page.older_than else "",
+        "newest_query": form.query() if (data.get("before") or data.get("after")) else "",
+        "actions": selectors.known_actions(),
+        "usernames": User.objects.order_by("username").values_list("username", flat=True),
+        "head": selectors.chain_head(),
+        "can_export": user_can(request.user, Capability.EXPORT_AUDIT),
+    }
+
+
+@require_POST
+@capability_required(Capability.EXPORT_AUDIT)
+def audit_verify(request: AuthenticatedRequest) -> HttpResponse:
+    """Verify the whole chain now: the result panel for htmx, the page with it otherwise."""
+    result: VerifyResult = audit_verify_database()
+    if request.htmx:
+        return render(request, "audit/index.html#chain", {"verify": result, "can_export": True})
+    context = {**_index_context(request), "verify": result}
+    return render(request, "audit/index.html", context)
+
+
+@require_GET
+@capability_required(Capability.VIEW_AUDIT)
+def audit_run(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
+    run = selectors.run_get(run_id)
+    timeline = selectors.run_timeline(run)
+    hashes_bad = sum(1 for e in timeline.audit_events if not selectors.audit_event_hash_ok(e))
+    context = {
+        "run": run,
+        "timeline": timeline,
+        "items": [_item(entry) for entry in timeline.entries],
+        "decisions_count": sum(len(a.decisions.all()) for a in timeline.approvals),
+        "hashes_bad": hashes_bad,
+        "can_export": user_can(request.user, Capability.EXPORT_AUDIT),
+        "can_see_runs": user_can(request.user, Capability.VIEW_RUNS),
+        "can_see_approvals": user_can(request.user, Capability.VIEW_APPROVALS),
+    }
+    return render(request, "audit/run.html", context)
+
+
+@dataclass(frozen=True)
+class TimelineItem:
+    entry: selectors.TimelineEntry
+    audit: EventRow | None
+    hash_ok: bool | None
+    status_from: str = ""
+    status_to: str = ""
+
+
+_RUN_STATUS = dict(Run.Status.choices)
+
+
+def _item(entry: selectors.TimelineEntry) -> TimelineItem:
+    status_from = status_to = ""
+    if entry.kind == "status" and entry.run_event is not None:
+        payload = entry.run_event.payload
+        status_from = _RUN_STATUS.get(payload.get("from") or "", "")
+        status_to = _RUN_STATUS.get(payload.get("to") or "", str(payload.get("to") or ""))
+    return TimelineItem(
+        entry=entry,
+        audit=_row(entry.audit) if entry.audit is not None else None,
+        hash_ok=entry.audit_hash_ok,
+        status_from=status_from,
+        status_to=status_to,
+    )
+
+
+@require_POST
+@capability_required(Capability.EXPORT_AUDIT)
+def audit_run_bundle(request: AuthenticatedRequest, run_id: int) -> FileResponse:
+    """The run's evidence bundle as a download; a POST, because every export is recorded in the
+    trail (a link followed by a prefetcher or another site must not add events)."""
+    path = run_bundle_to_file(run_id=run_id, user=request.user)
+    handle = path.open("rb")
+    # The open handle keeps the content readable; the name is gone at once (POSIX), so no copy of
+    # the evidence is left behind in the temporary directory, even if the download is abandoned.
+    path.unlink()
+    response = FileResponse(
+        handle,
+        as_attachment=True,
+        filename=f"run-{run_id}-evidence.zip",
+        content_type="application/zip",
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Cache-Control"] = "no-store"
+    return response

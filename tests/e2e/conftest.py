@@ -38,6 +38,11 @@ class Stack:
     env: dict[str, str]
     logins: dict[str, str]
     scale_out: bool
+    log_path: Path
+
+    def log_tail(self, lines: int = 150) -> str:
+        """The end of the stack's own output (dashboard, workers, portal), for failures."""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def manage(self, *args: str) -> str:
         result = subprocess.run(
@@ -90,6 +95,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, e2e_database_url: str) -> It
         env=env,
         logins={},
         scale_out=scale_out,
+        log_path=data_dir / "up.log",
     )
     stack.manage("migrate", "--no-input", "-v0")
     stack.manage("setup_roles", "--demo-users")

@@ -99,11 +99,9 @@ def test_the_reviewer_badge_updates_live(page: Page, stack: Stack) -> None:
     stack.manage(
         "shell",
         "-c",
-        "from datetime import timedelta; from django.utils import timezone; "
-        "from approvals.models import ApprovalRequest; from approvals.events import "
-        "publish_pending_changed; "
-        "ApprovalRequest.objects.create(expires_at=timezone.now() + timedelta(hours=1)); "
-        "publish_pending_changed()",
+        "from approvals.events import publish_pending_changed; "
+        "from tests.factories import ApprovalRequestFactory; "
+        "ApprovalRequestFactory(); publish_pending_changed()",
     )
 
     expect(badge).to_have_text("1", timeout=10_000)

@@ -54,6 +54,10 @@ def test_the_demo_workflow_waits_for_a_reviewer_then_pays_once(
         expect(reviewer.get_by_text(f"{invoice.amount_due:.2f}").first).to_be_visible()
         reviewer.get_by_role("button", name="Approve this action").click()
         expect(reviewer.locator("body")).to_contain_text("Approved", timeout=30_000)
+    except Exception:
+        # Shown by pytest with the failure: what the reviewer saw, and the stack's own output.
+        print(reviewer.url, reviewer.locator("main").inner_text()[:3000], stack.log_tail(2000))
+        raise
     finally:
         reviewer_context.close()
 
