@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 from django import forms
+from django.contrib import messages
 from django.contrib.auth.models import User
 from django.http import FileResponse, HttpResponse
-from django.shortcuts import render
+from django.http.response import HttpResponseBase
+from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from pandaweb.audit import selectors
+from pandaweb.audit import exports, selectors, signing
 from pandaweb.audit.bundles import run_bundle_to_file
 from pandaweb.audit.chain import VerifyResult
 from pandaweb.audit.models import AuditEvent
@@ -137,6 +141,8 @@ def _index_context(request: AuthenticatedRequest) -> dict[str, Any]:
         "usernames": User.objects.order_by("username").values_list("username", flat=True),
         "head": selectors.chain_head(),
         "can_export": user_can(request.user, Capability.EXPORT_AUDIT),
+        "public_key": signing.public_key_b64(),
+        "public_key_fingerprint": signing.public_key_fingerprint(),
     }
 
 
@@ -199,19 +205,36 @@ def _item(entry: selectors.TimelineEntry) -> TimelineItem:
 
 @require_POST
 @capability_required(Capability.EXPORT_AUDIT)
+def audit_export(request: AuthenticatedRequest) -> HttpResponseBase:
+    """The events matching the page's filters as a signed zip (CSV, JSON Lines, manifest)."""
+    form = EventFilterForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Nothing was exported: correct the filters first.")
+        return redirect("audit:index")
+    try:
+        path = exports.audit_export_to_file(user=request.user, filters=form.filters())
+    except exports.AuditExportError as exc:
+        messages.error(request, f"Nothing was exported: {exc}")
+        return redirect("audit:index")
+    return _download(path, f"pandaweb-audit-{timezone.now():%Y%m%dT%H%M%SZ}.zip")
+
+
+@require_POST
+@capability_required(Capability.EXPORT_AUDIT)
 def audit_run_bundle(request: AuthenticatedRequest, run_id: int) -> FileResponse:
     """The run's evidence bundle as a download; a POST, because every export is recorded in the
     trail (a link followed by a prefetcher or another site must not add events)."""
     path = run_bundle_to_file(run_id=run_id, user=request.user)
+    return _download(path, f"run-{run_id}-evidence.zip")
+
+
+def _download(path: Path, filename: str) -> FileResponse:
     handle = path.open("rb")
     # The open handle keeps the content readable; the name is gone at once (POSIX), so no copy of
     # the evidence is left behind in the temporary directory, even if the download is abandoned.
     path.unlink()
     response = FileResponse(
-        handle,
-        as_attachment=True,
-        filename=f"run-{run_id}-evidence.zip",
-        content_type="application/zip",
+        handle, as_attachment=True, filename=filename, content_type="application/zip"
     )
     response["X-Content-Type-Options"] = "nosniff"
     response["Cache-Control"] = "no-store"

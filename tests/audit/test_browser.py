@@ -731,3 +731,35 @@ def test_only_compliance_and_admins_read_verify_and_export(role: Role | None, ru
         assert client.post("/audit/verify/").status_code == 200
         assert client.post(f"/audit/runs/{run.pk}/bundle.zip").status_code == 200
     assert AuditEvent.objects.filter(action=EXPORTED_ACTION).count() == 2
+
+
+def test_compliance_exports_the_filtered_trail_as_a_signed_zip_that_verifies(
+    tmp_path: Path,
+) -> None:
+    from pandaweb.audit import signing
+    from pandaweb.audit.export import verify_export
+
+    carla = user_with_role(Role.COMPLIANCE, username="carla-exports")
+    with transaction.atomic():
+        for number in range(3):
+            audit_record(action="run.launched", object_type="run", object_id=number)
+        audit_record(action="workflow.created", object_type="workflow", object_id=1)
+    client = Client()
+    client.force_login(carla)
+
+    page = client.get("/audit/").content.decode()
+    assert signing.public_key_b64() in page
+    response = client.post("/audit/export/", {"action": "run."})
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/zip"
+    archive = tmp_path / "export.zip"
+    archive.write_bytes(b"".join(response.streaming_content))  # type: ignore[attr-defined]
+    check = verify_export(archive, public_key=signing.public_key_b64())
+    assert check.ok, check.reason
+    assert check.count == 3
+    assert AuditEvent.objects.filter(action="audit.exported", actor=carla).count() == 1
+    for role in (Role.OPERATORS, Role.REVIEWERS):
+        other = Client()
+        other.force_login(user_with_role(role, username=f"no-export-{role.value}"))
+        assert other.post("/audit/export/", {}).status_code == 403

@@ -1,0 +1,138 @@
+"""Exporting a filtered range of the audit trail as a signed zip (the format is in ``export.py``).
+
+The export narrows the trail with the audit page's own filters (``selectors.EventFilters``), so an
+export holds exactly the events the page listed. It reads the table outside any transaction:
+holding one for the whole stream would block every writer of the trail (on SQLite, every writer
+of anything) for as long as a million events take. The range is fixed instead by the head at the
+start, so events appended meanwhile, the export's own event among them, are never in it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import asdict
+from datetime import date
+from pathlib import Path
+from typing import IO, Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Max, QuerySet
+from django.utils import timezone
+
+from pandaweb.audit import chain, selectors
+from pandaweb.audit.export import Manifest, fingerprint, write_export
+from pandaweb.audit.models import AuditEvent
+from pandaweb.audit.services import audit_record
+from pandaweb.audit.signing import signing_key
+from pandaweb.core.permissions import user_can
+from pandaweb.core.roles import Capability
+from workflows.models import Workflow
+
+EXPORTED_ACTION = "audit.exported"
+# Rows per round trip: bounds the memory of the read side.
+CHUNK_SIZE = 2000
+
+# One definition of the filters for the page and the export: date_from / date_to (whole days in
+# the site's time zone, both included), actor (username or label), action (prefix), workflow
+# (slug: the workflow's own events and those of its runs), run_id.
+AuditFilter = selectors.EventFilters
+
+
+class AuditExportError(Exception):
+    pass
+
+
+def audit_filtered(filters: AuditFilter) -> QuerySet[AuditEvent]:
+    """The events ``filters`` select, in sequence order."""
+    return selectors.audit_events(filters).order_by("sequence")
+
+
+def audit_export(*, user: User, filters: AuditFilter, out: IO[bytes]) -> Manifest:
+    """Write the events ``filters`` select, up to the current head, as a signed export to ``out``.
+
+    Needs the EXPORT_AUDIT capability (PermissionDenied). Raises AuditExportError for an unknown
+    workflow slug, ``export.ExportError`` when a selected event does not verify and
+    ImproperlyConfigured for a bad signing key; ``out`` then holds nothing usable. Once the zip is
+    complete, records one ``audit.exported`` event in its own short transaction. Not idempotent:
+    every call is a new export with its own event.
+    """
+    if not user_can(user, Capability.EXPORT_AUDIT):
+        raise PermissionDenied("exporting the audit trail needs the capability 'export_audit'")
+    if filters.workflow and not Workflow.objects.filter(slug=filters.workflow).exists():
+        # An empty export of a mistyped slug would look like an answer.
+        raise AuditExportError(f"no workflow has the slug {filters.workflow!r}")
+    key = signing_key()  # a configuration error shows before the long part
+    head = AuditEvent.objects.aggregate(head=Max("sequence"))["head"] or 0
+    rows = (
+        audit_filtered(filters)
+        .filter(sequence__lte=head)
+        .values(*chain.HASHED_FIELDS, "hash")
+        .iterator(chunk_size=CHUNK_SIZE)
+    )
+    manifest = write_export(
+        rows,
+        out=out,
+        filter=_described(filters, head),
+        private_key=key,
+        tmp_dir=exports_dir(),
+    )
+    with transaction.atomic():
+        audit_record(
+            action=EXPORTED_ACTION,
+            object_type="audit_export",
+            object_id=manifest.sha256,
+            actor=user,
+            after={
+                "filter": dict(manifest.filter),
+                "count": manifest.count,
+                "first_sequence": manifest.first_sequence,
+                "last_sequence": manifest.last_sequence,
+                "last_hash": manifest.last_hash,
+                "manifest_sha256": manifest.sha256,
+                "signed_by": fingerprint(manifest.public_key),
+            },
+        )
+    return manifest
+
+
+def audit_export_to_file(*, user: User, filters: AuditFilter) -> Path:
+    """``audit_export`` into a new file under DATA_DIR/exports; the caller serves and deletes it.
+
+    On any failure the file is removed before the exception propagates.
+    """
+    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed below; the caller keeps the file)
+        dir=exports_dir(), prefix="audit-export-", suffix=".zip", delete=False
+    )
+    path = Path(handle.name)
+    try:
+        with handle:
+            audit_export(user=user, filters=filters, out=handle)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def exports_dir() -> Path:
+    """Where exports and their CSV spool are written: on disk beside the data (the system's
+    temporary directory may be memory), readable by this user only."""
+    directory = Path(settings.DATA_DIR) / "exports"
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return directory
+
+
+def _described(filters: AuditFilter, head: int) -> dict[str, Any]:
+    """The filter as the manifest records it: the fields that were set, the time zone the dates
+    were read in, and the head the range was cut at."""
+    described: dict[str, Any] = {
+        name: value.isoformat() if isinstance(value, date) else value
+        for name, value in asdict(filters).items()
+        if value not in (None, "")
+    }
+    if filters.date_from or filters.date_to:
+        described["time_zone"] = timezone.get_current_timezone_name()
+    described["up_to_sequence"] = head
+    return described
