@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from pandaweb.audit.chain import VerifyResult
 from pandaweb.audit.export import UnreadableExport, fingerprint, verify_export
+from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_verify_database
 
 
@@ -26,6 +29,12 @@ class Command(BaseCommand):
             "--export", metavar="FILE.zip", help="check this export instead of the database"
         )
         parser.add_argument(
+            "--since-export",
+            metavar="FILE.zip",
+            help="also require the database chain to still hold the last event of this earlier "
+            "export, unchanged: a chain cut short after it would otherwise look intact",
+        )
+        parser.add_argument(
             "--public-key",
             metavar="B64",
             help="the key the export must be signed with (see audit_public_key); without it the "
@@ -39,6 +48,8 @@ class Command(BaseCommand):
         if options["public_key"]:
             raise CommandError("--public-key needs --export")
         result = audit_verify_database(batch_size=options["batch_size"])
+        if result.ok and options["since_export"]:
+            result = self._reaches(result, options["since_export"])
         if result.ok:
             self.stdout.write(f"audit chain OK: {result.count} events, head {result.last_hash}")
             return
@@ -74,3 +85,35 @@ class Command(BaseCommand):
             f"audit export OK: {check.count} events ({span}), head {manifest['last_hash']}, "
             f"signed by key {fingerprint(manifest['public_key'])} ({pinned})"
         )
+
+    def _reaches(self, result: VerifyResult, path: str) -> VerifyResult:
+        """``result`` unless the chain no longer holds the last event ``path`` exported."""
+        try:
+            check = verify_export(path)
+        except (UnreadableExport, ValueError) as exc:
+            self.stderr.write(f"audit export UNREADABLE: {path}: {exc}")
+            raise SystemExit(2) from None
+        if not check.ok or check.manifest is None:
+            self.stderr.write(f"audit export BROKEN: {path}: {check.reason}")
+            raise SystemExit(2)
+        last, head = check.manifest["last_sequence"], check.manifest["last_hash"]
+        if last is None:
+            return result
+        if (result.last_sequence or 0) < last:
+            seen = result.last_sequence or 0
+            return replace(
+                result,
+                ok=False,
+                first_bad_sequence=seen + 1,
+                reason=f"the chain ends at sequence {seen}, but {path} holds events up to "
+                f"{last} (truncated)",
+            )
+        stored = AuditEvent.objects.filter(sequence=last).values_list("hash", flat=True).first()
+        if stored != head:
+            return replace(
+                result,
+                ok=False,
+                first_bad_sequence=last,
+                reason=f"event {last} differs from the one exported in {path}",
+            )
+        return result
