@@ -14,7 +14,7 @@ from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
 from sessions.events import RUNS_GROUP, RunChanged, RunEventsAvailable, run_group
 from sessions.models import Run
-from sessions.rendering import message_for
+from sessions.rendering import Viewer, message_for
 from sessions.selectors import run_events_after, run_list
 
 
@@ -78,14 +78,10 @@ class RunConsumer(AsyncWebsocketConsumer):
         scope_user = self.scope.get("user")
         user_id = getattr(scope_user, "pk", None)
         user = get_user_model().objects.filter(pk=user_id).first() if user_id else None
-        # The fragments carry the cancel button only for people who may cancel.
-        can_cancel = user is not None and user_can(user, Capability.LAUNCH_RUNS)
-        can_reconcile = user is not None and user_can(user, Capability.DECIDE_APPROVALS)
+        # The fragments carry the buttons and links only for people who may use them.
+        viewer = Viewer.of(user)
         events = run_events_after(self.run_id, seq)
-        return [
-            message_for(event, can_cancel=can_cancel, can_reconcile=can_reconcile)
-            for event in events
-        ]
+        return [message_for(event, viewer) for event in events]
 
     @database_sync_to_async
     def _exists(self) -> bool:

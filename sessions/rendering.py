@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from django.template.loader import render_to_string
 
+from pandaweb.core.permissions import user_can
+from pandaweb.core.roles import Capability
 from sessions.models import Run, RunEvent, StepResult
 
 
@@ -20,14 +23,34 @@ def side_html(run: Run) -> str:
     )
 
 
-def header_html(run: Run, *, can_cancel: bool = False, can_reconcile: bool = False) -> str:
+@dataclass(frozen=True)
+class Viewer:
+    """What the person looking at a run page may do there (the header's buttons and links)."""
+
+    can_cancel: bool = False
+    can_reconcile: bool = False
+    can_audit: bool = False
+
+    @classmethod
+    def of(cls, user: Any) -> Viewer:
+        if user is None:
+            return cls()
+        return cls(
+            can_cancel=user_can(user, Capability.LAUNCH_RUNS),
+            can_reconcile=user_can(user, Capability.DECIDE_APPROVALS),
+            can_audit=user_can(user, Capability.VIEW_AUDIT),
+        )
+
+
+def header_html(run: Run, viewer: Viewer) -> str:
     from approvals.models import ApprovalRequest
 
     pending = run.approvals.filter(status=ApprovalRequest.Status.PENDING).first()
     context = {
         "run": run,
-        "can_cancel": can_cancel,
-        "can_reconcile": can_reconcile,
+        "can_cancel": viewer.can_cancel,
+        "can_reconcile": viewer.can_reconcile,
+        "can_audit": viewer.can_audit,
         "pending_approval": pending,
     }
     return render_to_string("sessions/partials/_run_header.html", context)
@@ -41,15 +64,13 @@ def denial_html(event: RunEvent) -> str:
     return render_to_string("sessions/partials/_denial.html", {"event": event})
 
 
-def fragments_for(
-    event: RunEvent, *, can_cancel: bool = False, can_reconcile: bool = False
-) -> list[Fragment]:
+def fragments_for(event: RunEvent, viewer: Viewer) -> list[Fragment]:
     """What changes on the run page when ``event`` happens (idempotent by element id)."""
     run = Run.objects.select_related("workflow", "version", "launched_by").get(pk=event.run_id)
     fragments: list[Fragment] = [
         {
             "target": "#run-header",
-            "html": header_html(run, can_cancel=can_cancel, can_reconcile=can_reconcile),
+            "html": header_html(run, viewer),
         },
         {"target": "#run-side", "html": side_html(run)},
     ]
@@ -66,9 +87,7 @@ def fragments_for(
     return fragments
 
 
-def message_for(
-    event: RunEvent, *, can_cancel: bool = False, can_reconcile: bool = False
-) -> dict[str, Any]:
+def message_for(event: RunEvent, viewer: Viewer) -> dict[str, Any]:
     run_final = Run.objects.filter(pk=event.run_id, status__in=Run.FINAL).exists()
-    fragments = fragments_for(event, can_cancel=can_cancel, can_reconcile=can_reconcile)
+    fragments = fragments_for(event, viewer)
     return {"seq": event.seq, "fragments": fragments, "final": run_final}

@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from pandaweb.core.http import AuthenticatedRequest
-from pandaweb.core.permissions import capability_required, user_can
+from pandaweb.core.permissions import capability_required
 from pandaweb.core.roles import Capability
 from sessions import rendering, selectors, services
 from sessions.forms import LaunchForm
@@ -70,11 +70,7 @@ def run_detail(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
         "steps": selectors.run_steps(run),
         "denials": selectors.run_denials(run),
         "artifacts": run.artifacts.all(),
-        "header": rendering.header_html(
-            run,
-            can_cancel=user_can(request.user, Capability.LAUNCH_RUNS),
-            can_reconcile=user_can(request.user, Capability.DECIDE_APPROVALS),
-        ),
+        "header": rendering.header_html(run, rendering.Viewer.of(request.user)),
     }
     return render(request, "sessions/detail.html", context)
 
