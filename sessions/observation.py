@@ -15,7 +15,7 @@ Boxes are CSS pixels relative to the top-left corner of the viewport, i.e. what
 get screenshot pixels (``overlay`` does that).
 
 Secrets: the AI snapshot prints the value of password inputs in clear text. Every value found in a
-password input (read just before and just after the snapshot) and every caller-supplied secret is
+password input (read right after the snapshot) and every caller-supplied secret is
 redacted from names, values, the URL and the title before anything is rendered, so neither
 ``text`` nor ``to_dict()`` can carry one. Password inputs are found by running code in the page,
 which a hostile page can fool; ``secret_values`` (what the runner typed) is the defence that holds.
@@ -75,22 +75,6 @@ NAMED_LANDMARK_ROLES = frozenset({"region", "form"})
 MESSAGE_ROLES = frozenset({"alert", "status"})
 # Containers whose leftover text tells otherwise identical controls apart.
 GROUP_ROLES = frozenset({"row", "listitem", "article"})
-
-_READ_PASSWORDS = """els => els
-  .filter(e => e.type === 'password' && e.value)
-  .map(e => e.value)"""
-
-# One round trip per frame after the snapshot: the password values (to redact) and the inputs to
-# mask in the screenshot (password inputs, and inputs holding a value the runner typed as secret).
-_SCAN_INPUTS = """(els, secrets) => {
-  const passwords = [], mask = [];
-  els.forEach((e, i) => {
-    const password = e.type === 'password';
-    if (password && e.value) passwords.push(e.value);
-    if (password || (e.value && secrets.includes(e.value))) mask.push(i);
-  });
-  return {passwords, mask};
-}"""
 
 # Where the content of an iframe starts, in its parent frame's viewport coordinates.
 _CONTENT_ORIGIN = """e => {
@@ -366,15 +350,27 @@ class _Redactor:
         return any(secret in value for secret in self.secrets)
 
 
-def _password_values(page: Page) -> set[str]:
+def _password_fields(page: Page) -> tuple[set[str], list[Locator]]:
+    """The password inputs of every frame and the values they hold.
+
+    Read with ``count`` and ``input_value``, which run in Playwright's utility world: a query in
+    the page's main world would make every new document pay for a second injected script, on
+    every step's critical path.
+    """
     values: set[str] = set()
+    fields: list[Locator] = []
     for frame in page.frames:
+        passwords = frame.locator("input[type=password]")
         try:
-            values.update(frame.locator("input").evaluate_all(_READ_PASSWORDS))
+            for index in range(passwords.count()):
+                field = passwords.nth(index)
+                fields.append(field)
+                if value := field.input_value(timeout=1_000):
+                    values.add(value)
         except PlaywrightError:
             # A frame navigating away has no inputs left to leak.
             continue
-    return values
+    return values, fields
 
 
 @dataclass(eq=False)
@@ -400,6 +396,8 @@ class _Builder:
         self.redact = redactor
         self.items: list[_Pending] = []
         self.seen_messages: set[tuple[str, str]] = set()
+        # Fields whose value holds a secret: masked in the screenshot too.
+        self.secret_refs: list[str] = []
 
     def visit(
         self,
@@ -514,7 +512,10 @@ class _Builder:
             raw = node.text if node.text is not None else (selected[0] if selected else "")
             # A value that holds a secret is masked whole: a half-redacted IBAN or password still
             # tells too much.
-            value = MASK if self.redact.touches(raw) else _clip(raw, VALUE_LIMIT)
+            secret = self.redact.touches(raw)
+            value = MASK if secret else _clip(raw, VALUE_LIMIT)
+            if secret and node.ref:
+                self.secret_refs.append(node.ref)
         state = tuple(_states(node))
         return _Pending(
             ref=node.ref,
@@ -672,14 +673,13 @@ def observe(
 
 
 def capture(page: Page, *, secret_values: Collection[str] = (), max_elements: int = 400) -> Capture:
-    """``observe`` plus the raw snapshot and the screenshot masks, in few round trips."""
+    """``observe`` plus the raw snapshot and the screenshot masks."""
     secrets = [secret for secret in secret_values if secret]
-    # Read password values on both sides of the snapshot: a value typed in between would
-    # otherwise reach the snapshot without being known as a secret.
-    passwords = _password_values(page)
     snapshot = page.aria_snapshot(mode="ai", boxes=True)
-    after, masks = _scan_inputs(page, secrets)
-    redactor = _Redactor({*secrets, *passwords, *after})
+    # Read after the snapshot: a value the snapshot shows is still there (only the page's own
+    # code could clear it in between, and that code knows the value anyway).
+    passwords, password_inputs = _password_fields(page)
+    redactor = _Redactor({*secrets, *passwords})
 
     builder = _Builder(redactor)
     for root in parse_snapshot(snapshot):
@@ -729,31 +729,16 @@ def capture(page: Page, *, secret_values: Collection[str] = (), max_elements: in
         text="\n".join(lines),
         omitted=omitted,
     )
+    masks = [*password_inputs, *(page.locator(f"aria-ref={ref}") for ref in builder.secret_refs)]
     return Capture(observation=observation, snapshot=f"{page.url}\n{snapshot}", masks=masks)
 
 
 def secret_locators(page: Page, secret_values: Collection[str]) -> list[Locator]:
-    """Locators of inputs to mask in a screenshot: password inputs and inputs holding a secret.
+    """Locators of inputs to mask in a screenshot: password inputs and fields holding a secret.
 
-    Pass the result as ``page.screenshot(mask=...)``. Inputs are matched by position, so take the
-    screenshot right after calling this.
+    Pass the result as ``page.screenshot(mask=...)`` right after calling this.
     """
-    return _scan_inputs(page, [secret for secret in secret_values if secret])[1]
-
-
-def _scan_inputs(page: Page, secrets: list[str]) -> tuple[set[str], list[Locator]]:
-    passwords: set[str] = set()
-    locators: list[Locator] = []
-    for frame in page.frames:
-        fields = frame.locator("input, textarea")
-        try:
-            found = fields.evaluate_all(_SCAN_INPUTS, secrets)
-        except PlaywrightError:
-            # A frame navigating away has no inputs left to leak.
-            continue
-        passwords.update(found["passwords"])
-        locators.extend(fields.nth(index) for index in found["mask"])
-    return passwords, locators
+    return capture(page, secret_values=secret_values).masks
 
 
 # --- pictures -----------------------------------------------------------------------------------
