@@ -546,7 +546,18 @@ def confirm_page(user: User, invoice: Invoice, draft: PaymentDraft) -> str:
     <button class="btn" type="submit">Submit payment</button>
     <a href="/invoices/{e(invoice.number)}">Cancel</a>
   </form>
-</section>"""
+</section>
+<script>
+// The amount shown is the one the portal will charge: it follows changes made after the review.
+setInterval(async () => {{
+  const answer = await fetch("/api/drafts/{e(draft.token)}");
+  if (answer.ok) {{
+    const shown = document.querySelector('[data-testid="confirm-amount"]');
+    const {{ shown: text }} = await answer.json();
+    if (shown.textContent !== text) shown.textContent = text;
+  }}
+}}, 1000);
+</script>"""
     return layout("Review payment", content, user=user, active="invoices")
 
 

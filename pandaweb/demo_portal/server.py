@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from http import HTTPStatus
 from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -297,6 +298,27 @@ def api_payments(state: PortalState, request: Request, match: re.Match[str]) -> 
     return json_response([payment.as_json() for payment in state.payments()])
 
 
+def api_draft(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    """What the review page polls: the reviewed payment's amount as the portal now sees it."""
+    draft = state.draft(match["token"], _user(request).username)
+    if draft is None:
+        return _not_found(request)
+    invoice = state.invoice(draft.invoice)
+    currency = invoice.currency if invoice else ""
+    return json_response(
+        {"amount": str(draft.amount), "shown": pages.money(draft.amount, currency)}
+    )
+
+
+def api_reprice(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    """Test hook: the portal changes the amount of a reviewed payment (a new fee, a new rate)."""
+    try:
+        amount = Decimal(request.form.get("amount", ""))
+    except InvalidOperation:
+        return json_response({"error": "amount must be a number"})
+    return json_response({"changed": state.reprice_drafts(request.form.get("invoice", ""), amount)})
+
+
 def api_reset(state: PortalState, request: Request, match: re.Match[str]) -> Response:
     state.reset()
     return json_response({"ok": True})
@@ -337,6 +359,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", re.compile(r"/receipts/(?P<receipt>RCPT-[0-9]{4}-[0-9]{6})"), receipt),
     Route("GET", re.compile(r"/api/payments"), api_payments, login_required=False),
     Route("POST", re.compile(r"/api/reset"), api_reset, login_required=False),
+    Route("GET", re.compile(r"/api/drafts/(?P<token>[A-Za-z0-9_-]{1,64})"), api_draft),
+    Route("POST", re.compile(r"/api/drafts/reprice"), api_reprice, login_required=False),
     Route("GET", re.compile(r"/lab/late-content"), _lab_view(lab.late_content_page)),
     Route("GET", re.compile(r"/lab/modal"), _lab_view(lab.modal_page)),
     Route("GET", re.compile(r"/lab/iframe"), _lab_view(lab.iframe_page)),

@@ -270,6 +270,24 @@ class PortalState:
         with self._lock:
             return next((p for p in self._payments if p.receipt == receipt), None)
 
+    def draft(self, token: str, username: str) -> PaymentDraft | None:
+        with self._lock:
+            draft = self._drafts.get(token)
+            if draft is None or draft.username != username:
+                return None
+            return dataclasses.replace(draft)
+
+    def reprice_drafts(self, invoice: str, amount: Decimal) -> int:
+        """Change the amount of every reviewed, unsubmitted payment of ``invoice``, as a portal
+        does that applies a new fee or rate after the review; returns how many changed."""
+        with self._lock:
+            changed = [
+                d for d in self._drafts.values() if d.invoice == invoice and d.receipt is None
+            ]
+            for draft in changed:
+                draft.amount = amount
+        return len(changed)
+
     def create_draft(
         self, username: str, invoice: str, amount: Decimal, iban: str, reference: str
     ) -> PaymentDraft:

@@ -242,3 +242,23 @@ def test_reset_forgets_payments(page: Page, portal: str) -> None:
     assert fetch_json(f"{portal}/api/payments") == []
     page.goto(f"{portal}/invoices/INV-1038")
     assert page.url.startswith(f"{portal}/login")  # sessions are part of the state
+
+
+def test_a_repriced_payment_shows_its_new_amount_on_the_open_review_page(
+    page: Page, portal: str
+) -> None:
+    sign_in(page, portal)
+    page.goto(f"{portal}/invoices/INV-1040/pay")
+    page.get_by_label("IBAN").fill(PAYEE_IBAN)
+    page.get_by_role("button", name="Review payment").click()
+    expect(page.get_by_role("heading", name="Review payment")).to_be_visible()
+
+    changed = page.request.post(
+        f"{portal}/api/drafts/reprice", form={"invoice": "INV-1040", "amount": "12.34"}
+    )
+
+    assert changed.json() == {"changed": 1}
+    expect(page.get_by_test_id("confirm-amount")).to_have_text("EUR 12.34", timeout=5_000)
+    page.get_by_role("button", name="Submit payment").click()
+    expect(page.get_by_test_id("receipt")).to_be_visible()
+    assert fetch_json(f"{portal}/api/payments")[0]["amount"] == "12.34"
