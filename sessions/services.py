@@ -715,7 +715,9 @@ def _worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-_SWEEP_SECONDS = 30.0
+# Well inside RUN_HEARTBEAT_TIMEOUT_SECONDS: the sweep is also the heartbeat of approved runs
+# whose continuation waits in this worker's queue.
+_SWEEP_SECONDS = 15.0
 _sweeper: threading.Thread | None = None
 
 
@@ -760,16 +762,23 @@ def _release(run_id: int, record: dict[str, Any], proxy: Any) -> None:
 
 def sweep_waiting_proxies() -> int:
     """Stop the proxies of this process whose run no longer waits (decided elsewhere, expired,
-    cancelled). Called periodically; returns how many were stopped."""
+    cancelled); returns how many were stopped. Called periodically.
+
+    It also beats for approved runs whose continuation has not started yet: it may be queued
+    behind busy work on this worker, and this process, which holds the run's proxy, is alive.
+    The reaper interrupts such a run only when its holder stops beating (it died).
+    """
     with _LIVE_LOCK:
         entries = dict(_LIVE_PROXIES)
     if not entries:
         return 0
+    held = [run_id for run_id, _ in entries.values()]
     waiting = set(
-        Run.objects.filter(pk__in=[run_id for run_id, _ in entries.values()])
+        Run.objects.filter(pk__in=held)
         .exclude(status__in=Run.FINAL | {S.NEEDS_RECONCILIATION})
         .values_list("pk", flat=True)
     )
+    Run.objects.filter(pk__in=held, status=S.RUNNING).update(heartbeat_at=timezone.now())
     stopped = 0
     for run_key, (run_id, _) in entries.items():
         if run_id not in waiting:
