@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from django.http import HttpRequest
 from django.template.loader import render_to_string
 
 from pandaweb.core.permissions import user_can
@@ -42,7 +43,9 @@ class Viewer:
         )
 
 
-def header_html(run: Run, viewer: Viewer) -> str:
+def header_html(run: Run, viewer: Viewer, request: HttpRequest | None = None) -> str:
+    """The run's header. Its forms carry a CSRF token only when ``request`` is given (the first
+    render); after a live update they post through htmx, which sends the page's token."""
     from approvals.models import ApprovalRequest
 
     pending = run.approvals.filter(status=ApprovalRequest.Status.PENDING).first()
@@ -53,7 +56,7 @@ def header_html(run: Run, viewer: Viewer) -> str:
         "can_audit": viewer.can_audit,
         "pending_approval": pending,
     }
-    return render_to_string("sessions/partials/_run_header.html", context)
+    return render_to_string("sessions/partials/_run_header.html", context, request=request)
 
 
 def step_html(step: StepResult) -> str:

@@ -9,6 +9,7 @@ from django.contrib import messages
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRefresh
 
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required
@@ -70,7 +71,7 @@ def run_detail(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
         "steps": selectors.run_steps(run),
         "denials": selectors.run_denials(run),
         "artifacts": run.artifacts.all(),
-        "header": rendering.header_html(run, rendering.Viewer.of(request.user)),
+        "header": rendering.header_html(run, rendering.Viewer.of(request.user), request),
     }
     return render(request, "sessions/detail.html", context)
 
@@ -112,6 +113,9 @@ def run_reconcile(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
         messages.error(request, f"Nothing was recorded: {exc}.")
     else:
         messages.info(request, f"Run #{run.pk} reconciled.")
+    if request.htmx:
+        # The page shows the outcome (or the refusal) once it reloads.
+        return HttpResponseClientRefresh()
     return redirect("runs:detail", run_id=run.pk)
 
 

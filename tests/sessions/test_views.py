@@ -5,11 +5,18 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from pandaweb.core.roles import Role
+from sessions import services
 from sessions.models import Run
 from tests.factories import user_with_role
 from workflows.models import Workflow
 
 pytestmark = pytest.mark.django_db
+
+
+def launched(user: User, workflow: Workflow) -> Run:
+    return services.run_launch(
+        workflow_id=workflow.pk, user=user, raw_inputs={"invoice": "INV-1001", "amount": "1250.00"}
+    )
 
 
 def test_the_launch_form_is_typed_and_a_double_submit_launches_once(
@@ -84,13 +91,8 @@ def test_a_reviewer_reconciles_an_uncertain_action_from_the_run_page(
     from django.utils import timezone
 
     from approvals.models import ApprovalRequest
-    from sessions import services
 
-    run = services.run_launch(
-        workflow_id=demo_workflow.pk,
-        user=operator,
-        raw_inputs={"invoice": "INV-1001", "amount": "1250.00"},
-    )
+    run = launched(operator, demo_workflow)
     Run.objects.filter(pk=run.pk).update(
         status=Run.Status.NEEDS_RECONCILIATION, failure_reason="the worker stopped"
     )
@@ -123,3 +125,20 @@ def test_a_reviewer_reconciles_an_uncertain_action_from_the_run_page(
     run.refresh_from_db()
     assert run.status == Run.Status.CANCELLED
     assert run.failure_reason == "rory confirmed the action did not happen"
+
+
+def test_the_run_pages_forms_carry_a_csrf_token_for_plain_posts(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    run = launched(operator, demo_workflow)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(operator)
+
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    cancel_form = page.split('class="cancel-form">', 1)[1].split("</form>", 1)[0]
+    token = cancel_form.split('name="csrfmiddlewaretoken" value="', 1)[1].split('"', 1)[0]
+    response = client.post(f"/runs/{run.pk}/cancel/", {"csrfmiddlewaretoken": token})
+
+    assert response.status_code == 302
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
