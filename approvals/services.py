@@ -13,6 +13,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from celery.utils.nodenames import worker_direct
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.mail import send_mail
@@ -274,7 +275,7 @@ def _dispatch_continuation(run_id: int, approval_id: int, owner: dict[str, Any])
     node = owner.get("node")
     # The continuation must reach the process that holds the browser's proxy: that Celery node's
     # own queue, or this process's pool in the embedded default (node is empty there).
-    queue = f"{node}.dq2" if node else None
+    queue = worker_direct(node).name if node else None
     dispatch(run_continue_task, queue=queue, run_id=run_id, approval_id=approval_id)
 
 

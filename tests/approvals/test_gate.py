@@ -24,7 +24,7 @@ from sessions import services
 from sessions.models import Run
 from tests.demo_portal.conftest import fetch_json
 from tests.factories import user_with_role
-from tests.sessions.conftest import EXAMPLE, publish
+from tests.sessions.conftest import EXAMPLE, processes_with, publish
 from workflows.models import Credential
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -33,17 +33,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 @pytest.fixture(autouse=True)
 def run_files_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(settings, "RUN_FILES_DIR", tmp_path / "runs")
-
-
-@pytest.fixture
-def continuations(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """Continuations the decisions queue (run here by the test, in this process)."""
-    sent: list[dict[str, Any]] = []
-    monkeypatch.setattr(
-        "pandaweb.core.dispatch.dispatch",
-        lambda task, queue=None, **kwargs: sent.append({"task": task.name, **kwargs}),
-    )
-    return sent
 
 
 @pytest.fixture
@@ -59,15 +48,7 @@ def post_form(url: str, data: dict[str, str]) -> Any:
 
 
 def browsers_of(run_key: str) -> list[psutil.Process]:
-    key = f"/{run_key}/"
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            if any(key in part for part in process.info["cmdline"] or []):
-                found.append(process)
-        except psutil.NoSuchProcess:
-            continue
-    return found
+    return processes_with(f"/{run_key}/")
 
 
 def gated_run(operator: User, portal_server: PortalServer, portal: str) -> Run:
@@ -132,7 +113,7 @@ def test_the_gate_holds_the_payment_until_a_reviewer_approves_then_pays_once(
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING
     assert continuations == [
-        {"task": "runs.continue", "run_id": run.pk, "approval_id": approval.pk}
+        {"task": "runs.continue", "queue": None, "run_id": run.pk, "approval_id": approval.pk}
     ]
 
     services.run_continue(run_id=run.pk, approval_id=approval.pk)

@@ -26,19 +26,6 @@ INPUTS = {"invoice": "INV-1001", "amount": "1,250.00"}
 
 
 @pytest.fixture
-def continuations(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    sent: list[dict[str, Any]] = []
-    lock = threading.Lock()
-
-    def record(task: Any, queue: str | None = None, **kwargs: Any) -> None:
-        with lock:
-            sent.append({"task": task.name, "queue": queue, **kwargs})
-
-    monkeypatch.setattr("pandaweb.core.dispatch.dispatch", record)
-    return sent
-
-
-@pytest.fixture
 def destroyed(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     gone: list[dict[str, Any]] = []
     monkeypatch.setattr(services, "destroy_sandbox", gone.append)

@@ -93,17 +93,6 @@ def run_files_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def continuations(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """Continuations an approval queues (none starts: no browser here)."""
-    sent: list[dict[str, Any]] = []
-    monkeypatch.setattr(
-        "pandaweb.core.dispatch.dispatch",
-        lambda task, queue=None, **kwargs: sent.append(kwargs),
-    )
-    return sent
-
-
-@pytest.fixture
 def requester(db: None) -> User:
     """Launches the run, and happens to be a reviewer too: the four-eyes rule still applies."""
     user = user_with_role(Role.OPERATORS, username="olga")
@@ -299,7 +288,14 @@ def test_an_allowed_reviewer_approves_and_the_run_continues(
     approval.refresh_from_db()
     assert approval.status == ApprovalRequest.Status.APPROVED
     assert approval.decisions.get().reviewer == reviewer
-    assert continuations == [{"run_id": approval.run_id, "approval_id": approval.pk}]
+    assert continuations == [
+        {
+            "task": "runs.continue",
+            "queue": None,
+            "run_id": approval.run_id,
+            "approval_id": approval.pk,
+        }
+    ]
     assert run_status(approval) == Run.Status.RUNNING
     page = client.get(response["Location"]).content.decode()
     assert f"Approved. Run #{approval.run_id} continues with the action." in page

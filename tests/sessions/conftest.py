@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from django.contrib.auth.models import User
@@ -50,3 +51,15 @@ def acme_credential(operator: User) -> Credential:
 @pytest.fixture
 def demo_workflow(operator: User, acme_credential: Credential) -> Workflow:
     return publish(operator, yaml.safe_load(EXAMPLE.read_text()))
+
+
+def processes_with(marker: str) -> list[psutil.Process]:
+    """Live processes whose command line contains ``marker`` (a sandbox's run key or workdir)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in part for part in process.info["cmdline"] or []):
+                found.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    return found

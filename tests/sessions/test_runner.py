@@ -24,7 +24,7 @@ from pandaweb.demo_portal.server import PortalServer
 from sessions import services
 from sessions.models import Run, RunEvent, StepResult
 from tests.demo_portal.conftest import fetch_json
-from tests.sessions.conftest import EXAMPLE, publish
+from tests.sessions.conftest import EXAMPLE, processes_with, publish
 from workflows import services as workflow_services
 from workflows.models import Credential
 
@@ -50,15 +50,7 @@ def execute(run: Run) -> Run:
 
 
 def chromium_of(run: Run) -> list[psutil.Process]:
-    key = f"run-{run.pk}-"
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            if any(key in part for part in process.info["cmdline"] or []):
-                found.append(process)
-        except psutil.NoSuchProcess:
-            continue
-    return found
+    return processes_with(f"run-{run.pk}-")
 
 
 def open_invoice(server: PortalServer) -> tuple[str, str]:
