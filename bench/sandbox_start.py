@@ -1,10 +1,13 @@
-"""How fast a local sandbox starts and goes away.
+"""How fast a local sandbox starts and goes away, plain and in namespaces.
 
     .venv/bin/python bench/sandbox_start.py --runs 20
 
 Creates and destroys local sandboxes one after another and prints create → CDP-answering and
-destroy times (min / median / p95 / max). One unmeasured warm-up run comes first: the first
-create imports the project package (Celery, Django) and warms the page cache for Chromium.
+destroy times (min / median / p95 / max) for the plain backend (process group only) and the
+namespaced one (network, mount, PID and IPC namespaces with socat relays). The two alternate
+run by run, so a machine whose load changes during the benchmark skews both alike. One
+unmeasured warm-up run of each comes first: the first create imports the project package
+(Celery, Django), probes for namespaces and warms the page cache for Chromium.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from pathlib import Path
 # Run as a plain script: make the project importable without installing it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sessions.sandbox import SandboxSpec
+from sessions.sandbox import SandboxSpec, namespaces
 from sessions.sandbox.local import LocalBackend
+
+MODES = {"off": "plain (process group only)", "on": "namespaced"}
 
 
 def summary(values: list[float]) -> str:
@@ -40,36 +45,46 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args()
 
+    support = namespaces.probe()
+    modes = list(MODES) if support.usable else ["off"]
+    ready: dict[str, list[float]] = {mode: [] for mode in modes}
+    wall: dict[str, list[float]] = {mode: [] for mode in modes}
+    destroy: dict[str, list[float]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="pandaweb-bench-") as root:
-        backend = LocalBackend(root=root)
+        backends = {mode: LocalBackend(root=root, namespaces=mode) for mode in modes}
         # A bound socket that never listens: nothing is loaded during the benchmark anyway, and
         # no stray request can leave the machine.
         with socket.socket() as dead:
             dead.bind(("127.0.0.1", 0))
             proxy_url = f"http://127.0.0.1:{dead.getsockname()[1]}"
-            ready: list[float] = []
-            wall: list[float] = []
-            destroy: list[float] = []
             for i in range(args.runs + 1):
-                spec = SandboxSpec(
-                    run_key=f"bench-{uuid.uuid4().hex[:8]}", proxy_url=proxy_url, ttl_seconds=60
-                )
-                t0 = time.perf_counter()
-                sandbox = backend.create(spec)
-                t1 = time.perf_counter()
-                backend.destroy(sandbox)
-                t2 = time.perf_counter()
-                if i == 0:
-                    continue
-                ready.append(sandbox.ready_seconds)
-                wall.append(t1 - t0)
-                destroy.append(t2 - t1)
+                for mode, backend in backends.items():
+                    spec = SandboxSpec(
+                        run_key=f"bench-{uuid.uuid4().hex[:8]}",
+                        proxy_url=proxy_url,
+                        ttl_seconds=60,
+                    )
+                    t0 = time.perf_counter()
+                    sandbox = backend.create(spec)
+                    t1 = time.perf_counter()
+                    backend.destroy(sandbox)
+                    t2 = time.perf_counter()
+                    if i == 0:
+                        continue
+                    ready[mode].append(sandbox.ready_seconds)
+                    wall[mode].append(t1 - t0)
+                    destroy[mode].append(t2 - t1)
 
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"local sandbox, {args.runs} runs, {os.cpu_count()} CPUs, load average {load}")
-    print(f"create → CDP answering: {summary(ready)}")
-    print(f"create() wall time:     {summary(wall)}")
-    print(f"destroy():              {summary(destroy)}")
+    print(f"local sandbox, {args.runs} runs each, {os.cpu_count()} CPUs, load average {load}")
+    if not support.usable:
+        print(f"namespaced: not measured, {support.reason}")
+    for mode in modes:
+        label = MODES[mode] + (f": {support.isolation}" if mode == "on" else "")
+        print(f"\n{label}")
+        print(f"  create → CDP answering: {summary(ready[mode])}")
+        print(f"  create() wall time:     {summary(wall[mode])}")
+        print(f"  destroy():              {summary(destroy[mode])}")
     return 0
 
 

@@ -117,6 +117,22 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def _settled_cmdline(pid: int) -> list[str]:
+    """The command line of a live process, waiting out an exec() in progress.
+
+    For a moment inside execve() the new command line reads empty; Debian's chromium wrapper
+    script execs the browser right after it starts, and a sandbox whose only member was caught
+    then looked gone (its watchdog left at once, failing the start).
+    """
+    for _ in range(10):
+        args = _cmdline(pid)
+        info = _stat(pid)
+        if args or info is None or not _live(info[0]):
+            return args
+        time.sleep(0.002)
+    return _cmdline(pid)
+
+
 def group_alive(pgid: int, workdir: str) -> bool:
     """Whether the sandbox's browser group still has a live process that is really ours.
 
@@ -129,7 +145,7 @@ def group_alive(pgid: int, workdir: str) -> bool:
         return False
     except PermissionError:
         return False  # a group of another user: certainly not ours
-    return any(mentions(_cmdline(pid), workdir) for pid in group_members(pgid))
+    return any(mentions(_settled_cmdline(pid), workdir) for pid in group_members(pgid))
 
 
 def strays(workdir: str, exclude: Iterable[int] = ()) -> list[int]:

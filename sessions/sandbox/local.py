@@ -1,19 +1,26 @@
-"""The ``local`` backend: one system Chromium per run, isolated as a process group.
+"""The ``local`` backend: one system Chromium per run, in kernel namespaces where it can be.
 
-Isolation is a fresh profile, a private HOME and a process group, not a kernel boundary; the
-microVM backend provides that. What this backend does guarantee: the browser's only route out is
-the run's proxy, CDP listens on loopback only, and the browser dies at its deadline even if the
-worker that started it is killed.
+Where the worker is root or may make user namespaces (``namespaces.probe()``), the browser runs in
+network, mount, PID and IPC namespaces (see ``sessions.sandbox.namespaces``): the kernel lets it
+reach nothing but the run's proxy. Elsewhere it is isolated by a fresh profile, a private HOME
+and a process group only, and the sandbox's ``details["isolation_warning"]`` says so; its only
+route out is then its ``--proxy-server`` flag. ``PANDAWEB_LOCAL_NAMESPACES`` (``auto``, ``on`` or
+``off``) chooses. Either way CDP listens on host loopback only, and the browser dies at its
+deadline even if the worker that started it is killed. The microVM backend adds a guest kernel.
 
 Layout of ``<root>/<run_key>/`` (0700): ``.pandaweb-sandbox`` (marker), ``deadline`` (epoch,
 rewritten by ``extend``), ``pgid``, ``sandbox.json`` (``Sandbox.to_dict()``), ``profile/``,
-``home/``, ``chromium.log``, ``watchdog.log``.
+``home/``, ``downloads/``, ``chromium.log``, ``watchdog.log``; with namespaces also
+``ns.fstab``, ``unshare.pid``, ``proxy.sock``, ``cdp.sock`` and the relays' logs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import json
+import logging
 import os
 import socket
 import stat
@@ -23,9 +30,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sessions.sandbox import namespaces
 from sessions.sandbox._proc import (
     DEADLINE_FILE,
     MARKER,
@@ -41,6 +50,17 @@ from sessions.sandbox._proc import (
 from sessions.sandbox.base import Sandbox, SandboxError, SandboxSpec, default_root
 
 __all__ = ["LocalBackend", "reap_orphans"]
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE_MODES = ("auto", "on", "off")
+PROCESS_GROUP_ONLY = "process group only"
+
+# Playwright has the browser write downloads to its ``artifacts_dir`` and then reads them there
+# itself; by default that is under the driver's /tmp, which a browser in namespaces does not
+# share. The workdir is at the same path on both sides, so clients connect with
+# ``connect_over_cdp(cdp_url, artifacts_dir=sandbox.details["artifacts_dir"])``.
+ARTIFACTS_DIR = "downloads"
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,6 +111,15 @@ def _json_version(cdp_url: str, timeout: float) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _port(port_file: Path) -> int | None:
+    """The debugging port Chromium wrote to its profile, once it listens."""
+    with contextlib.suppress(FileNotFoundError, ValueError, IndexError):
+        port = int(port_file.read_text().split()[0])
+        if 0 < port < 65536:
+            return port
+    return None
+
+
 def _ensure_root(root: Path) -> None:
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = root.lstat()
@@ -102,23 +131,56 @@ def _ensure_root(root: Path) -> None:
         raise SandboxError(f"sandbox directory {root} is writable by other users")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Isolation:
+    support: namespaces.Support | None  # None: no namespaces
+    label: str
+    warning: str = ""
+
+
 class LocalBackend:
-    """System Chromium in its own process group, watched by a detached dead-man's switch."""
+    """System Chromium in its own process group (and namespaces, where the host allows), watched
+    by a detached dead-man's switch.
+
+    ``namespaces``: ``"auto"`` uses them where the host allows and otherwise falls back with a
+    warning, ``"on"`` refuses to start without them, ``"off"`` never uses them. The default is
+    ``PANDAWEB_LOCAL_NAMESPACES``, or ``"auto"``.
+    """
 
     name = "local"
 
-    def __init__(self, root: Path | str | None = None, *, ready_timeout: float = 15.0) -> None:
-        self.root = Path(root) if root is not None else default_root()
+    def __init__(
+        self,
+        root: Path | str | None = None,
+        *,
+        ready_timeout: float = 15.0,
+        namespaces: str | None = None,
+    ) -> None:
+        # Absolute: the workdir is named on command lines run from other directories (the
+        # watchdog's) and in mount tables.
+        self.root = (Path(root) if root is not None else default_root()).absolute()
         self.ready_timeout = ready_timeout
+        if namespaces is None:
+            namespaces = os.environ.get("PANDAWEB_LOCAL_NAMESPACES", "").strip().lower() or "auto"
+        if namespaces not in NAMESPACE_MODES:
+            raise SandboxError(
+                f"namespaces must be one of {', '.join(NAMESPACE_MODES)}, not {namespaces!r} "
+                "(check PANDAWEB_LOCAL_NAMESPACES)"
+            )
+        self.namespaces = namespaces
 
     # -- create ---------------------------------------------------------------------------
 
     def create(self, spec: SandboxSpec) -> Sandbox:
+        if spec.restore_from:
+            # Session templates reach this backend as cookies loaded by the runner instead.
+            raise SandboxError("the local backend cannot restore a saved browser")
         started = time.time()
         t0 = time.monotonic()
         chromium = self._chromium()
         _ensure_root(self.root)
         workdir = self.root / spec.run_key
+        isolation = self._isolation(workdir, spec.run_key)
         try:
             workdir.mkdir(mode=0o700)
         except FileExistsError:
@@ -129,13 +191,18 @@ class LocalBackend:
         try:
             (workdir / MARKER).touch(mode=0o600)
             atomic_write(workdir / DEADLINE_FILE, repr(started + spec.ttl_seconds))
-            browser = self._spawn_browser(chromium, spec, workdir)
+            browser = self._spawn_browser(chromium, spec, workdir, isolation.support)
             procs.append(browser)
             atomic_write(workdir / PGID_FILE, f"{browser.pid} {browser.pid}")
             # Started before waiting for CDP: a worker killed during start-up is covered too.
             watchdog = self._spawn_watchdog(workdir, browser.pid)
             procs.append(watchdog)
-            cdp_url, version = self._wait_ready(browser, workdir, t0)
+            find_port = (
+                functools.partial(_port, workdir / "profile" / "DevToolsActivePort")
+                if isolation.support is None
+                else functools.partial(namespaces.relay_port, workdir)
+            )
+            cdp_url, version = self._wait_ready(browser, workdir, t0, find_port)
             if watchdog.poll() is not None:
                 # Without its dead-man's switch a sandbox must not be handed out at all.
                 tail = _tail(workdir / "watchdog.log")
@@ -152,10 +219,12 @@ class LocalBackend:
                 ready_seconds=time.monotonic() - t0,
                 host=socket.gethostname(),
                 details={
-                    "isolation": "process",
+                    "isolation": isolation.label,
+                    **({"isolation_warning": isolation.warning} if isolation.warning else {}),
                     "chromium": chromium,
                     "browser": version.get("Browser", ""),
                     "watchdog_pid": watchdog.pid,
+                    "artifacts_dir": str(workdir / ARTIFACTS_DIR),
                     "proxy_url": spec.proxy_url,
                     "window_size": list(spec.window_size),
                 },
@@ -185,6 +254,19 @@ class LocalBackend:
             with contextlib.suppress(OSError):
                 workdir.rmdir()
 
+    def _isolation(self, workdir: Path, run_key: str) -> _Isolation:
+        if self.namespaces == "off":
+            return _Isolation(None, PROCESS_GROUP_ONLY)
+        support = namespaces.probe()
+        problem = support.reason if not support.usable else namespaces.path_problem(workdir)
+        if not problem:
+            return _Isolation(support, support.isolation)
+        if self.namespaces == "on":
+            raise SandboxError(f"the browser cannot be put in namespaces: {problem}")
+        warning = f"{problem}: the browser's egress is enforced by its proxy flag only"
+        logger.warning("sandbox %s without namespaces: %s", run_key, warning)
+        return _Isolation(None, PROCESS_GROUP_ONLY, warning)
+
     def _chromium(self) -> str:
         from pandaweb.browser import find_chromium
 
@@ -200,28 +282,49 @@ class LocalBackend:
         return found
 
     def _spawn_browser(
-        self, chromium: str, spec: SandboxSpec, workdir: Path
+        self,
+        chromium: str,
+        spec: SandboxSpec,
+        workdir: Path,
+        support: namespaces.Support | None,
     ) -> subprocess.Popen[bytes]:
         from pandaweb.browser import HEADLESS_ARGS
 
         home = workdir / "home"
         home.mkdir(mode=0o700)
+        (workdir / ARTIFACTS_DIR).mkdir(mode=0o700)
         width, height = spec.window_size
+        if support is None:
+            # Port 0: Chromium binds a free loopback port itself and writes it to
+            # DevToolsActivePort, so two sandboxes starting at once cannot race for one port.
+            cdp_port = 0
+            routing = spec.fixed_flags
+        else:
+            # The namespace's loopback is the browser's alone; the host side of CDP is the
+            # relay's port, chosen by the kernel.
+            namespaces.prepare(workdir)
+            cdp_port = namespaces.INNER_CDP_PORT
+            inner = namespaces.browser_proxy_url(spec.proxy_url)
+            routing = dataclasses.replace(spec, proxy_url=inner, extra_args=()).fixed_flags
         args = [
             chromium,
             "--headless=new",
-            # Port 0: Chromium binds a free loopback port itself and writes it to
-            # DevToolsActivePort, so two sandboxes starting at once cannot race for one port.
-            "--remote-debugging-port=0",
+            f"--remote-debugging-port={cdp_port}",
             f"--user-data-dir={workdir / 'profile'}",
             *HEADLESS_ARGS,
-            *spec.fixed_flags,
+            *routing,
             # WebRTC's UDP does not go through an HTTP proxy; forbid it rather than leak.
             "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
             f"--window-size={width},{height}",
-            *spec.extra_args,
+            # A caller may repeat the routing flags verbatim; inside namespaces that would point
+            # the browser back at the host's proxy address, which it cannot reach from there.
+            *(arg for arg in spec.extra_args if arg not in spec.fixed_flags),
             "about:blank",
         ]
+        if support is not None:
+            args = namespaces.command(
+                support, workdir=workdir, proxy_url=spec.proxy_url, browser=args
+            )
         env = {key: os.environ[key] for key in _PASSED_ENV if key in os.environ}
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         # A private HOME: Chromium keeps the NSS certificate store and caches under it, which
@@ -278,9 +381,12 @@ class LocalBackend:
             )
 
     def _wait_ready(
-        self, browser: subprocess.Popen[bytes], workdir: Path, t0: float
+        self,
+        browser: subprocess.Popen[bytes],
+        workdir: Path,
+        t0: float,
+        find_port: Callable[[], int | None],
     ) -> tuple[str, dict[str, Any]]:
-        port_file = workdir / "profile" / "DevToolsActivePort"
         cdp_url = ""
         while True:
             code = browser.poll()
@@ -291,10 +397,9 @@ class LocalBackend:
                     + (f"; last lines of its log:\n{tail}" if tail else "")
                 )
             if not cdp_url:
-                with contextlib.suppress(FileNotFoundError, ValueError, IndexError):
-                    port = int(port_file.read_text().split()[0])
-                    if 0 < port < 65536:
-                        cdp_url = f"http://127.0.0.1:{port}"
+                port = find_port()
+                if port is not None:
+                    cdp_url = f"http://127.0.0.1:{port}"
             if cdp_url:
                 version = _json_version(cdp_url, timeout=1.0)
                 if version is not None:

@@ -1,5 +1,7 @@
 """The sandbox interface and its local backend, against a real Chromium.
 
+Every browser test runs twice: plain (a process group) and in namespaces, which must behave the
+same from the outside. What only namespaces add is tested in ``test_sandbox_namespaces.py``.
 Timing assertions poll with generous limits: these tests share a 2-core machine with others.
 """
 
@@ -29,8 +31,16 @@ import pytest
 from playwright.sync_api import Browser, Playwright
 from playwright.sync_api import Error as PlaywrightError
 
-from sessions.sandbox import Sandbox, SandboxBackend, SandboxError, SandboxSpec, get_backend
-from sessions.sandbox._proc import MARKER, mentions, remove_workdir
+from sessions.sandbox import (
+    Sandbox,
+    SandboxBackend,
+    SandboxError,
+    SandboxSpec,
+    _proc,
+    get_backend,
+    namespaces,
+)
+from sessions.sandbox._proc import MARKER, group_alive, mentions, remove_workdir
 from sessions.sandbox.local import LocalBackend, reap_orphans
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,9 +197,16 @@ def root(tmp_path: Path) -> Path:
     return tmp_path / "sandboxes"
 
 
+@pytest.fixture(params=["off", "on"], ids=["plain", "namespaced"])
+def mode(request: pytest.FixtureRequest) -> str:
+    if request.param == "on" and not namespaces.probe().usable:
+        pytest.skip(f"no namespaces on this host: {namespaces.probe().reason}")
+    return str(request.param)
+
+
 @pytest.fixture
-def backend(root: Path) -> LocalBackend:
-    return LocalBackend(root=root)
+def backend(root: Path, mode: str) -> LocalBackend:
+    return LocalBackend(root=root, namespaces=mode)
 
 
 @pytest.fixture
@@ -304,6 +321,30 @@ def test_the_registry_knows_the_local_backend(monkeypatch: pytest.MonkeyPatch) -
         get_backend("qemu")
 
 
+def test_a_member_caught_inside_exec_still_counts_as_the_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Inside execve() a process's command line reads empty for a moment; the group's only member
+    # caught then must not make the sandbox look gone.
+    workdir = str(tmp_path / "run1")
+    member = subprocess.Popen(
+        ["sh", "-c", "exec sleep 30", "sandbox", workdir], start_new_session=True
+    )
+    try:
+        assert wait_for(lambda: _proc._cmdline(member.pid)[:1] == ["sleep"], 5)
+        real = _proc._cmdline
+        reads = iter([[], [], ["sh", "-c", "exec sleep 30", "sandbox", workdir]])
+        monkeypatch.setattr(
+            _proc, "_cmdline", lambda pid: next(reads) if pid == member.pid else real(pid)
+        )
+        assert group_alive(member.pid, workdir)
+        monkeypatch.setattr(_proc, "_cmdline", real)
+        assert not group_alive(member.pid, workdir)  # "sleep 30" does not name it
+    finally:
+        member.kill()
+        member.wait()
+
+
 def test_it_tells_run1_from_run10_in_command_lines() -> None:
     assert mentions(["chromium", "--user-data-dir=/s/run1/profile"], "/s/run1")
     assert mentions(["chromium --type=zygote --user-data-dir=/s/run1/profile --x"], "/s/run1")
@@ -328,31 +369,39 @@ def test_it_never_removes_a_directory_that_is_not_a_sandbox(tmp_path: Path) -> N
 
 @pytest.mark.browser
 def test_it_starts_a_browser_whose_cdp_answers_on_loopback_only(
-    make: Callable[..., Sandbox],
+    make: Callable[..., Sandbox], mode: str
 ) -> None:
     sandbox = make()
     direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with direct.open(f"{sandbox.cdp_url}/json/version", timeout=5) as response:
         version = json.loads(response.read())
     assert version["Browser"].startswith(("Chrome/", "HeadlessChrome/"))
-    assert "webSocketDebuggerUrl" in version
+    # Built from the Host header: the relay in front of a namespaced browser is invisible.
+    assert version["webSocketDebuggerUrl"].startswith(sandbox.cdp_url.replace("http", "ws", 1))
 
     port = int(urlsplit(sandbox.cdp_url).port or 0)
+    # The browser itself or (namespaced) the host end of its CDP relay, and nothing else.
+    leader = psutil.Process(sandbox.pid)
+    ours = {proc.pid for proc in (leader, *leader.children(recursive=True))}
     listening = [
-        conn.laddr
-        for proc in [psutil.Process(sandbox.pid)]
-        for conn in proc.net_connections(kind="tcp")
-        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port
+        conn
+        for conn in psutil.net_connections(kind="inet")
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port
     ]
     assert listening
-    assert {addr.ip for addr in listening} == {"127.0.0.1"}
+    assert {conn.pid for conn in listening} <= ours
+    assert {conn.laddr.ip for conn in listening if conn.laddr} == {"127.0.0.1"}
 
     workdir = Path(sandbox.workdir)
     assert stat.S_IMODE(workdir.stat().st_mode) == 0o700
     record = json.loads((workdir / "sandbox.json").read_text())
     assert Sandbox.from_dict(record) == sandbox
     assert sandbox.backend == "local"
-    assert sandbox.details["isolation"] == "process"
+    if mode == "off":
+        assert sandbox.details["isolation"] == "process group only"
+    else:
+        assert sandbox.details["isolation"].endswith("network, mount, PID and IPC namespaces")
+    assert "isolation_warning" not in sandbox.details
     assert sandbox.host == socket.gethostname()
     assert 0 < sandbox.ready_seconds < 15
     assert sandbox.deadline == pytest.approx(sandbox.started_at + 120)
@@ -378,7 +427,7 @@ def test_it_sends_all_traffic_through_the_proxy_even_to_loopback(
 
 @pytest.mark.browser
 def test_it_loads_nothing_without_a_working_proxy(
-    backend: LocalBackend, portal: Served, playwright_instance: Playwright
+    backend: LocalBackend, portal: Served, playwright_instance: Playwright, mode: str
 ) -> None:
     with refused_port() as dead:
         sandbox = backend.create(
@@ -392,7 +441,14 @@ def test_it_loads_nothing_without_a_working_proxy(
             browser = connect(playwright_instance, sandbox)
             try:
                 page = browser.contexts[0].new_page()
-                with pytest.raises(PlaywrightError, match="ERR_PROXY_CONNECTION_FAILED"):
+                # In namespaces the browser's proxy is a relay that accepts the connection and
+                # only then finds the real proxy gone: the browser sees it closed, early or late.
+                failed = (
+                    "ERR_PROXY_CONNECTION_FAILED"
+                    if mode == "off"
+                    else "ERR_SOCKET_NOT_CONNECTED|ERR_EMPTY_RESPONSE"
+                )
+                with pytest.raises(PlaywrightError, match=failed):
                     page.goto(portal.url, timeout=15_000)
             finally:
                 browser.close()
@@ -467,7 +523,7 @@ def test_it_destroys_a_sandbox_from_another_process(
 
 @pytest.mark.browser
 def test_it_kills_the_browser_at_the_deadline_even_if_the_creator_was_killed(
-    root: Path, proxy: Served
+    root: Path, proxy: Served, mode: str
 ) -> None:
     # The TTL counts from the start of create(); on a loaded 2-core machine start-up alone can
     # take a couple of seconds, hence 4 s rather than less.
@@ -477,12 +533,13 @@ def test_it_kills_the_browser_at_the_deadline_even_if_the_creator_was_killed(
         "from sessions.sandbox.local import LocalBackend\n"
         "import pandaweb.browser\n"
         "spec = SandboxSpec(run_key=sys.argv[2], proxy_url=sys.argv[3], ttl_seconds=4.0)\n"
-        "sandbox = LocalBackend(root=sys.argv[1]).create(spec)\n"
+        "sandbox = LocalBackend(root=sys.argv[1], namespaces=sys.argv[4]).create(spec)\n"
         "print(json.dumps(sandbox.to_dict()), flush=True)\n"
         "time.sleep(600)\n",
         str(root),
         run_key(),
         proxy.url,
+        mode,
     )
     try:
         sandbox = Sandbox.from_dict(json.loads(read_line(creator, timeout=60)))
