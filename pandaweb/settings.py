@@ -310,8 +310,18 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 EMAIL_BACKEND = env_str("PANDAWEB_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 
-# Where runs execute their browsers: "local" (a system Chromium per run) for now.
-SANDBOX_BACKEND = env_choice("PANDAWEB_SANDBOX_BACKEND", "local", ("local",))
+# Where runs execute their browsers: "local" (a system Chromium per run, in its own namespaces
+# where the kernel allows), "microvm" (a QEMU microVM per run; needs `scripts/setup-microvm`) or
+# "pandastack" (a remote PandaStack sandbox; docs/sandboxes-pandastack.md).
+SANDBOX_BACKEND = env_choice(
+    "PANDAWEB_SANDBOX_BACKEND", "local", ("local", "microvm", "pandastack")
+)
+# The backends read these themselves (they run without Django); checked here so that a typo
+# fails at start-up rather than at the first run.
+LOCAL_NAMESPACES = env_choice("PANDAWEB_LOCAL_NAMESPACES", "auto", ("auto", "on", "off"))
+MICROVM_ACCELERATOR = env_choice("PANDAWEB_MICROVM_ACCEL", "auto", ("auto", "kvm", "tcg"))
+MICROVM_MEMORY_MIB = env_int("PANDAWEB_MICROVM_MEMORY_MIB", 1024, minimum=256)
+MICROVM_POOL = env_int("PANDAWEB_MICROVM_POOL", 0, minimum=0)
 # Screenshots, observations and downloads of runs; served only through permission checks.
 RUN_FILES_DIR = Path(env_str("PANDAWEB_RUN_FILES_DIR", str(DATA_DIR / "runs")))
 # A run whose worker has not reported for this long is marked interrupted by the reaper.

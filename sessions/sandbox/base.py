@@ -67,6 +67,9 @@ class SandboxSpec:
     ttl_seconds: float
     extra_args: tuple[str, ...] = ()
     window_size: tuple[int, int] = (1280, 900)
+    # A saved browser to wake up in instead of a fresh one (a session template's snapshot), for
+    # backends that can restore one; the others refuse a spec that sets it.
+    restore_from: str = ""
 
     def __post_init__(self) -> None:
         if not _RUN_KEY.fullmatch(self.run_key):
@@ -184,7 +187,21 @@ def _local() -> SandboxBackend:
     return LocalBackend()
 
 
+def _microvm() -> SandboxBackend:
+    from sessions.sandbox.microvm.backend import MicroVMBackend
+
+    return MicroVMBackend()
+
+
+def _pandastack() -> SandboxBackend:
+    from sessions.sandbox.pandastack import PandaStackBackend
+
+    return PandaStackBackend()
+
+
 register_backend("local", _local)
+register_backend("microvm", _microvm)
+register_backend("pandastack", _pandastack)
 
 
 def get_backend(name: str) -> SandboxBackend:
