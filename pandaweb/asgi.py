@@ -17,10 +17,13 @@ from pandaweb.routing import websocket_urlpatterns  # noqa: E402
 
 if settings.RUN_EXECUTION == "thread":
     from pandaweb.core.dispatch import start_periodic
-    from sessions.tasks import runs_reap_task
+    from sessions.tasks import runs_reap_task, sandboxes_reap_task, session_templates_rebake_task
 
-    # Embedded default: this process executes runs, so it also reaps the ones that went quiet.
+    # Embedded default: this process executes runs, so it also reaps the ones that went quiet
+    # and re-bakes the session templates that are due (Celery beat's work in scale-out mode).
     start_periodic(runs_reap_task, every=30.0)
+    start_periodic(sandboxes_reap_task, every=60.0)
+    start_periodic(session_templates_rebake_task, every=300.0)
 
 application = ProtocolTypeRouter(
     {

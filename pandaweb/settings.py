@@ -328,6 +328,7 @@ RUN_FILES_DIR = Path(env_str("PANDAWEB_RUN_FILES_DIR", str(DATA_DIR / "runs")))
 RUN_HEARTBEAT_TIMEOUT_SECONDS = env_int("PANDAWEB_RUN_HEARTBEAT_TIMEOUT", 60, minimum=10)
 CELERY_BEAT_SCHEDULE = {
     "reap-silent-runs": {"task": "runs.reap", "schedule": 30.0},
+    "rebake-session-templates": {"task": "runs.rebake_session_templates", "schedule": 300.0},
 }
 
 # Where people reach the dashboard; used in e-mails.

@@ -40,22 +40,31 @@ def _driver(*, fresh: bool = False) -> Playwright:
     return playwright
 
 
-def _connect(cdp_url: str) -> Browser:
+def _connect(cdp_url: str, artifacts_dir: str | None) -> Browser:
     try:
-        return _driver().chromium.connect_over_cdp(cdp_url, timeout=15_000)
+        return _driver().chromium.connect_over_cdp(
+            cdp_url, timeout=15_000, artifacts_dir=artifacts_dir
+        )
     except PlaywrightError as exc:
         # A driver that died since its last use says so on first contact; start another once.
         if "closed" not in str(exc).lower() and "connection" not in str(exc).lower():
             raise
-        return _driver(fresh=True).chromium.connect_over_cdp(cdp_url, timeout=15_000)
+        return _driver(fresh=True).chromium.connect_over_cdp(
+            cdp_url, timeout=15_000, artifacts_dir=artifacts_dir
+        )
 
 
-def with_browser(cdp_url: str, work: Callable[[Browser], T]) -> T:
+def with_browser(
+    cdp_url: str, work: Callable[[Browser], T], *, artifacts_dir: str | None = None
+) -> T:
     """Connect to the browser at ``cdp_url``, run ``work`` with it on a warm driver's thread,
-    disconnect (the browser itself stays up: its sandbox owns it) and return what ``work`` did."""
+    disconnect (the browser itself stays up: its sandbox owns it) and return what ``work`` did.
+
+    ``artifacts_dir`` is where the browser writes downloads for Playwright to read: a sandboxed
+    browser may not see the driver's /tmp (its ``details["artifacts_dir"]`` says where)."""
 
     def job() -> T:
-        browser = _connect(cdp_url)
+        browser = _connect(cdp_url, artifacts_dir)
         try:
             return work(browser)
         finally:

@@ -7,6 +7,69 @@ from django.db.models import Q
 from workflows.models import Workflow, WorkflowVersion
 
 
+class SessionTemplate(models.Model):
+    """A logged-in browser, baked once from a version's ``session`` block, that runs fork.
+
+    The snapshot is either a Playwright storage state (cookies and local storage, encrypted with
+    the credential vault, portable between hosts) or a whole saved VM (``state_path`` on
+    ``host``). Only the newest ready template of (version, backend, host) is forked; a new bake
+    retires the ones before it.
+    """
+
+    class Status(models.TextChoices):
+        BAKING = "baking", "Baking"
+        READY = "ready", "Ready"
+        # A run woke up logged out: a person re-bakes (never retried on its own).
+        STALE = "stale", "Stale"
+        FAILED = "failed", "Bake failed"
+        RETIRED = "retired", "Retired"
+
+    version = models.ForeignKey(
+        WorkflowVersion, on_delete=models.PROTECT, related_name="session_templates"
+    )
+    backend = models.CharField(max_length=20)
+    # The machine holding ``state_path``; blank while baking and for portable snapshots.
+    host = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.BAKING)
+    # Fernet token of the storage state: its cookies are as good as the password.
+    state = models.TextField(blank=True)
+    state_path = models.CharField(max_length=500, blank=True)
+    # None: baked on schedule.
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", null=True, blank=True
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Set by the worker that claims the bake; a second delivery of the task finds it set.
+    bake_started_at = models.DateTimeField(null=True, blank=True)
+    baked_at = models.DateTimeField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True)
+    stale_reason = models.TextField(blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["version", "backend", "host"],
+                condition=Q(status="baking"),
+                name="session_template_one_bake_at_a_time",
+            ),
+        ]
+        indexes = [
+            # The run's pick (newest ready of a version and backend) and the workflow page's.
+            models.Index(fields=["version", "backend", "status"], name="session_template_pick"),
+            # The schedule: ready templates by age.
+            models.Index(fields=["status", "baked_at"], name="session_template_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Session template #{self.pk} of {self.version}"
+
+    @property
+    def is_vm_snapshot(self) -> bool:
+        return bool(self.state_path)
+
+
 class Run(models.Model):
     """One execution of a published workflow version in its own disposable browser."""
 
@@ -40,6 +103,12 @@ class Run(models.Model):
     # Sandbox.to_dict() while the sandbox exists: any process on its host can destroy it.
     sandbox = models.JSONField(null=True, blank=True)
     sandbox_ready_seconds = models.FloatField(null=True, blank=True)
+    # What isolated this run's browser and how it started (backend, accelerator, warnings):
+    # kept after the sandbox record is cleared, for the run page and the audit.
+    sandbox_facts = models.JSONField(default=dict, blank=True)
+    session_template = models.ForeignKey(
+        SessionTemplate, on_delete=models.PROTECT, related_name="runs", null=True, blank=True
+    )
     worker = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -10,6 +10,7 @@ from django.template.loader import render_to_string
 
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
+from sessions import selectors
 from sessions.models import Run, RunEvent, StepResult
 
 
@@ -47,6 +48,7 @@ def header_html(run: Run, viewer: Viewer, request: HttpRequest | None = None) ->
     """The run's header. Its forms carry a CSRF token only when ``request`` is given (the first
     render); after a live update they post through htmx, which sends the page's token."""
     from approvals.models import ApprovalRequest
+    from sessions.runner import STALE_SESSION
 
     pending = run.approvals.filter(status=ApprovalRequest.Status.PENDING).first()
     context = {
@@ -55,6 +57,8 @@ def header_html(run: Run, viewer: Viewer, request: HttpRequest | None = None) ->
         "can_reconcile": viewer.can_reconcile,
         "can_audit": viewer.can_audit,
         "pending_approval": pending,
+        "session_event": None if run.session_template_id else selectors.run_session_event(run),
+        "session_stale": run.failure_reason == STALE_SESSION,
     }
     return render_to_string("sessions/partials/_run_header.html", context, request=request)
 
@@ -69,7 +73,9 @@ def denial_html(event: RunEvent) -> str:
 
 def fragments_for(event: RunEvent, viewer: Viewer) -> list[Fragment]:
     """What changes on the run page when ``event`` happens (idempotent by element id)."""
-    run = Run.objects.select_related("workflow", "version", "launched_by").get(pk=event.run_id)
+    run = Run.objects.select_related(
+        "workflow", "version", "launched_by", "session_template__requested_by"
+    ).get(pk=event.run_id)
     fragments: list[Fragment] = [
         {
             "target": "#run-header",

@@ -19,7 +19,7 @@ import re
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -71,6 +71,11 @@ _TARGET_IDENTITY = """e => ({
 })"""
 # Steps that look at the page without sending it any input.
 READ_ONLY_STEPS = (WaitForStep, ExtractStep, AssertStep, ScreenshotStep)
+# The whole reason a forked run gives when it woke up logged out; people act on these words.
+STALE_SESSION = "session template is stale — re-bake"
+# A blank page served in place of an origin while its local storage is restored: nothing of the
+# restore reaches the portal.
+_BLANK = "<!doctype html><title>restoring</title>"
 
 
 class StepFailed(Exception):
@@ -110,6 +115,14 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class SessionCheck:
+    """How to tell a logged-in browser: ``logged_in`` (a Target, as data) shows at ``url``."""
+
+    url: str
+    logged_in: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class RunPlan:
     steps: list[dict[str, Any]]
     inputs: dict[str, Any]
@@ -124,6 +137,16 @@ class RunPlan:
     # re-observes the page and acts only if it still matches.
     approved_index: int | None = None
     approved_evidence: dict[str, Any] | None = None
+    # Multiplies every wait: a browser under software emulation is 10-60x slower.
+    time_scale: float = 1.0
+    # With a session template. A fork checks ``session`` before its first step, after loading
+    # ``storage_state`` (None when the sandbox woke up from a saved VM, already logged in). A bake
+    # (``baking``) checks it after its steps, which log in, and returns the storage state when
+    # ``capture_state``.
+    session: SessionCheck | None = None
+    storage_state: dict[str, Any] | None = None
+    baking: bool = False
+    capture_state: bool = False
 
 
 Status = Literal[
@@ -156,6 +179,10 @@ class RunOutcome:
     outputs: dict[str, Any] = field(default_factory=dict)
     steps_executed: int = 0
     gate: Gate | None = None
+    # A fork that woke up logged out: what the check saw (the reason is STALE_SESSION).
+    session_stale: str = ""
+    # A bake's capture: cookies and local storage, as secret as the password that made them.
+    storage_state: dict[str, Any] | None = None
 
 
 class RunSink(Protocol):
@@ -202,12 +229,68 @@ class Runner:
 
     # The loop ------------------------------------------------------------------------------
 
-    def run(self, cdp_url: str) -> RunOutcome:
-        return with_browser(cdp_url, self._run)
+    def run(self, cdp_url: str, *, artifacts_dir: str | None = None) -> RunOutcome:
+        return with_browser(cdp_url, self._run, artifacts_dir=artifacts_dir)
 
     def _run(self, browser: Browser) -> RunOutcome:
         context = browser.contexts[0] if browser.contexts else browser.new_context()
+        fresh = self.plan.start_index == 0 and self.plan.approved_index is None
+        if fresh and self.plan.storage_state:
+            _load_storage_state(context, self.plan.storage_state)
         self._watch(context)
+        if fresh and self.plan.session is not None and not self.plan.baking:
+            try:
+                seen = self._logged_out(self.plan.session)
+            except StepFailed as exc:
+                return self._outcome("failed", self._scrub(str(exc)), 0, 0)
+            if seen:
+                return RunOutcome(status="failed", reason=STALE_SESSION, session_stale=seen)
+        outcome = self._steps(context)
+        if outcome.status != "succeeded" or not self.plan.baking or self.plan.session is None:
+            return outcome
+        try:
+            seen = self._logged_out(self.plan.session)
+        except StepFailed as exc:
+            return self._outcome("failed", self._scrub(str(exc)), outcome.next_index, 0)
+        if seen:
+            return self._outcome(
+                "failed",
+                self._scrub(
+                    f"after the session steps {seen}: the login did not work, or the logged-in "
+                    "check looks for the wrong element"
+                ),
+                outcome.next_index,
+                outcome.steps_executed,
+            )
+        if not self.plan.capture_state:
+            return outcome
+        return replace(outcome, storage_state=dict(context.storage_state()))
+
+    def _logged_out(self, check: SessionCheck) -> str:
+        """What the page at ``check.url`` showed instead of the logged-in element ('' when it
+        is there). Raises StepFailed when the page cannot be opened: a portal that does not
+        answer says nothing about the session."""
+        page = self.page
+        target = Target.model_validate(check.logged_in)
+        try:
+            response = page.goto(check.url, wait_until="load", timeout=self._scaled(15_000))
+        except PlaywrightError as exc:
+            raise StepFailed(
+                f"the logged-in check could not open {check.url}: {_first_line(str(exc))}"
+            ) from None
+        if response is not None and response.headers.get("x-pandaweb-blocked"):
+            raise StepFailed(f"{check.url} is blocked by the egress policy")
+        if response is not None and response.status >= 500:
+            raise StepFailed(f"the logged-in check: {page.url} answered HTTP {response.status}")
+        try:
+            self._locate(page, target, strict=False).first.wait_for(
+                state="visible", timeout=self._scaled(5_000)
+            )
+        except PlaywrightTimeout:
+            return f"{check.url} showed no {_noun(target)} (the browser was at {page.url})"
+        return ""
+
+    def _steps(self, context: BrowserContext) -> RunOutcome:
         executed = 0
         index = self.plan.start_index
         for index in range(self.plan.start_index, len(self.plan.steps)):
@@ -312,14 +395,14 @@ class Runner:
 
     def _evidence(self, index: int, step: StepBase) -> tuple[dict[str, Any], bytes]:
         page = self.page
-        page.wait_for_load_state("domcontentloaded", timeout=5_000)
+        page.wait_for_load_state("domcontentloaded", timeout=self._scaled(5_000))
         seen = observing.capture(page, secret_values=self.secret_values)
         target: dict[str, Any] | None = None
         targets = step.targets()
         if targets:
             located = self._locate(page, targets[0])
-            identity = located.evaluate(_TARGET_IDENTITY, timeout=5_000)
-            box = located.bounding_box(timeout=5_000)
+            identity = located.evaluate(_TARGET_IDENTITY, timeout=self._scaled(5_000))
+            box = located.bounding_box(timeout=self._scaled(5_000))
             target = {
                 "description": targets[0].describe(),
                 **{key: self._scrub(str(value)) for key, value in identity.items()},
@@ -327,7 +410,7 @@ class Runner:
             }
         # Lossless: this picture is what a person signs off on.
         screenshot = page.screenshot(
-            type="png", mask=seen.masks or None, caret="initial", timeout=10_000
+            type="png", mask=seen.masks or None, caret="initial", timeout=self._scaled(10_000)
         )
         text = page.evaluate("() => document.body ? document.body.innerText : ''")
         url = self._scrub(page.url)
@@ -341,7 +424,9 @@ class Runner:
                 field = self._locate(page, Target.model_validate(entry["target"]), strict=False)
                 try:
                     entry["on_page"] = (
-                        field.first.input_value(timeout=1_000) if field.count() else None
+                        field.first.input_value(timeout=self._scaled(1_000))
+                        if field.count()
+                        else None
                     )
                 except PlaywrightError:
                     entry["on_page"] = None
@@ -420,12 +505,15 @@ class Runner:
 
     def _timeout(self, step: StepBase) -> float:
         remaining_ms = (self.plan.deadline - time.time()) * 1000
-        return max(100.0, min(float(step.timeout_ms), remaining_ms))
+        return max(100.0, min(self._scaled(step.timeout_ms), remaining_ms))
+
+    def _scaled(self, ms: float) -> float:
+        return float(ms) * self.plan.time_scale
 
     def _capture(self, record: StepRecord, *, touched_page: bool) -> None:
         try:
             page = self.page
-            page.wait_for_load_state("domcontentloaded", timeout=5_000)
+            page.wait_for_load_state("domcontentloaded", timeout=self._scaled(5_000))
         except (StepFailed, PlaywrightError):
             return
         try:
@@ -449,7 +537,7 @@ class Runner:
                     quality=SCREENSHOT_QUALITY,
                     caret="initial",
                     mask=seen.masks or None,
-                    timeout=10_000,
+                    timeout=self._scaled(10_000),
                 )
             self._last_capture = (seen.snapshot, record.screenshot)
         except PlaywrightError as exc:
@@ -537,7 +625,7 @@ class Runner:
     def _settle(self, page: Page) -> None:
         # A click may navigate or open a tab; let the new document load before observing it.
         try:
-            self.page.wait_for_load_state("load", timeout=10_000)
+            self.page.wait_for_load_state("load", timeout=self._scaled(10_000))
         except PlaywrightError:
             return
 
@@ -576,7 +664,8 @@ class Runner:
             page.wait_for_load_state("networkidle", timeout=timeout)
 
     def _extract(self, page: Page, extract: ExtractField, timeout: float) -> Any:
-        element = self._locate(page, extract.target)
+        # A rows target matches every row: many matches are the point, not an ambiguity.
+        element = self._locate(page, extract.target, strict=extract.kind != "rows")
         if extract.kind == "rows":
             rows = []
             for row in element.all():
@@ -732,6 +821,32 @@ class Runner:
             sha256=digest.hexdigest(),
             size=path.stat().st_size,
         )
+
+
+def _load_storage_state(context: BrowserContext, state: dict[str, Any]) -> None:
+    """Put a captured storage state into ``context`` (the sandbox's default one, which a new
+    context's ``storage_state=`` cannot reach): cookies directly, local storage origin by origin
+    on a page that answers every request itself."""
+    cookies = state.get("cookies") or []
+    if cookies:
+        context.add_cookies(cookies)
+    for origin in state.get("origins") or []:
+        items = origin.get("localStorage") or []
+        if not items:
+            continue
+        page = context.new_page()
+        try:
+            page.route(
+                "**/*",
+                lambda route: route.fulfill(status=200, content_type="text/html", body=_BLANK),
+            )
+            page.goto(origin["origin"])
+            page.evaluate(
+                "items => { for (const i of items) localStorage.setItem(i.name, i.value); }",
+                items,
+            )
+        finally:
+            page.close()
 
 
 def gate_reason(index: int, step: StepBase, gate: Gate) -> str:

@@ -13,4 +13,10 @@ urlpatterns = [
     path("<int:run_id>/reconcile/", views.run_reconcile, name="reconcile"),
     path("<int:run_id>/steps/<int:index>/", views.step_detail, name="step"),
     path("<int:run_id>/files/<path:path>", views.run_file, name="file"),
+    path("session-templates/<slug:slug>/", views.session_template, name="session_template"),
+    path(
+        "session-templates/<slug:slug>/bake/",
+        views.session_template_bake,
+        name="session_template_bake",
+    ),
 ]

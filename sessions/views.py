@@ -3,6 +3,7 @@ from __future__ import annotations
 import mimetypes
 import secrets
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
@@ -12,11 +13,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRefresh
 
 from pandaweb.core.http import AuthenticatedRequest
-from pandaweb.core.permissions import capability_required
+from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
 from sessions import rendering, selectors, services
 from sessions.forms import LaunchForm
 from workflows import selectors as workflow_selectors
+from workflows.models import Workflow
 from workflows.schema import Parameter
 
 
@@ -136,3 +138,50 @@ def run_file(request: AuthenticatedRequest, run_id: int, path: str) -> FileRespo
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Security-Policy"] = "default-src 'none'; img-src 'self'; sandbox"
     return response
+
+
+# Session templates --------------------------------------------------------------------------------
+
+
+def session_template_context(request: AuthenticatedRequest, workflow: Workflow) -> dict[str, Any]:
+    """What the session template panel needs (also on the workflow's page)."""
+    return {
+        "workflow": workflow,
+        "panel": selectors.session_template_panel(workflow, backend=settings.SANDBOX_BACKEND),
+        "can_rebake": user_can(request.user, Capability.LAUNCH_RUNS) and not workflow.archived,
+    }
+
+
+@require_GET
+@capability_required(Capability.VIEW_WORKFLOWS)
+def session_template(request: AuthenticatedRequest, slug: str) -> HttpResponse:
+    """The panel alone: what a page polls while a bake runs."""
+    context = session_template_context(request, workflow_selectors.workflow_get(slug))
+    if context["panel"] is None:
+        raise Http404("this workflow has no session template")
+    return render(request, "sessions/partials/_session_template.html", context)
+
+
+@require_POST
+@capability_required(Capability.LAUNCH_RUNS)
+def session_template_bake(request: AuthenticatedRequest, slug: str) -> HttpResponse:
+    """Re-bake the session template of the latest published version now."""
+    workflow = workflow_selectors.workflow_get(slug)
+    version = workflow_selectors.published_versions(workflow).first()
+    if version is None:
+        messages.error(request, "Publish a version of this workflow first.")
+    else:
+        try:
+            template = services.template_request_bake(
+                version_id=version.pk, user=request.user, backend=settings.SANDBOX_BACKEND
+            )
+        except services.TemplateError as exc:
+            messages.error(request, f"Nothing was baked: {exc}.")
+        else:
+            messages.info(
+                request, f"Baking session template #{template.pk}; runs fork it once it is ready."
+            )
+    context = session_template_context(request, workflow)
+    if request.htmx and context["panel"] is not None:
+        return render(request, "sessions/partials/_session_template.html", context)
+    return redirect("workflows:detail", slug=slug)

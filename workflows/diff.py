@@ -20,7 +20,7 @@ class FieldChange:
 
 @dataclass(frozen=True)
 class DiffEntry:
-    section: Literal["workflow", "settings", "parameters", "steps"]
+    section: Literal["workflow", "settings", "session", "parameters", "steps"]
     kind: Literal["added", "removed", "changed", "moved"]
     label: str
     changes: list[FieldChange] = field(default_factory=list)
@@ -59,6 +59,9 @@ def document_diff(old: dict[str, Any], new: dict[str, Any]) -> list[DiffEntry]:
     changes = field_changes(old.get("settings", {}), new.get("settings", {}))
     if changes:
         entries.append(DiffEntry("settings", "changed", "Settings", changes))
+    changes = field_changes(old.get("session") or {}, new.get("session") or {})
+    if changes:
+        entries.append(DiffEntry("session", "changed", "Session template", changes))
     entries += _keyed("parameters", old.get("parameters", []), new.get("parameters", []), "name")
     entries += _keyed("steps", old.get("steps", []), new.get("steps", []), "id")
     return entries

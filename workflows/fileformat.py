@@ -66,11 +66,17 @@ def load_document(text: str | bytes) -> WorkflowDocument:
         raise DocumentError(_located(exc, root, data)) from None
 
 
-def locate(problems: list[Problem], text: str, steps: list[Any]) -> list[LocatedProblem]:
+def locate(
+    problems: list[Problem], text: str, steps: list[Any], session_steps: list[Any] | None = None
+) -> list[LocatedProblem]:
     """Attach line numbers from the original file to problems found on its document."""
     root, _ = _parse(text)
     return [
-        LocatedProblem(where=p.where(steps), message=p.message, line=_line_of(root, p.path))
+        LocatedProblem(
+            where=p.where(steps, session_steps=session_steps),
+            message=p.message,
+            line=_line_of(root, p.path),
+        )
         for p in problems
     ]
 
@@ -85,10 +91,14 @@ def dump_document(document: WorkflowDocument, fmt: Literal["yaml", "json"] = "ya
 
 def canonical_data(document: WorkflowDocument) -> dict[str, Any]:
     body = document.model_dump(mode="json", exclude_defaults=True, exclude={"pandaweb"})
-    body["steps"] = [
-        {"id": step.pop("id"), "type": step.pop("type"), **step} for step in body.get("steps", [])
-    ]
+    body["steps"] = _steps_first_id_type(body.get("steps", []))
+    if "session" in body:
+        body["session"]["steps"] = _steps_first_id_type(body["session"]["steps"])
     return {"pandaweb": FORMAT_VERSION, **body}
+
+
+def _steps_first_id_type(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"id": step.pop("id"), "type": step.pop("type"), **step} for step in steps]
 
 
 def _single(where: str, message: str, line: int | None = None) -> DocumentError:
@@ -171,13 +181,19 @@ def _located(
 ) -> list[LocatedProblem]:
     problems = []
     steps = data.get("steps") if isinstance(data.get("steps"), list) else []
+    session = data.get("session")
+    session_steps = session.get("steps") if isinstance(session, dict) else None
     for error in exc.errors(include_url=False, include_input=False):
         path = tuple(error["loc"])
         message = _message(error)
         problem = Problem(path=_file_path(path, data), message=message)
         problems.append(
             LocatedProblem(
-                where=problem.where(steps), message=message, line=_line_of(root, problem.path)
+                where=problem.where(
+                    steps, session_steps=session_steps if isinstance(session_steps, list) else None
+                ),
+                message=message,
+                line=_line_of(root, problem.path),
             )
         )
     return problems

@@ -85,6 +85,8 @@ class WorkflowVersion(models.Model):
     number = models.PositiveIntegerField(null=True, blank=True)
     parameters = models.JSONField(default=list)
     steps = models.JSONField(default=list)
+    # The session template block (login steps and the logged-in check), or None.
+    session = models.JSONField(null=True, blank=True)
     # The complete file (identity, settings, parameters, steps) as published; empty for drafts.
     document = models.JSONField(null=True, blank=True)
     content_hash = models.CharField(max_length=64, blank=True)

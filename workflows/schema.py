@@ -8,8 +8,10 @@ document by :func:`document_problems`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
+from collections.abc import Sequence
 from datetime import date
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
@@ -561,8 +563,30 @@ class WorkflowSettings(Strict):
         return normalized
 
 
+# What a session template may do: get to a logged-in page. Reading values, saving files and
+# anything irreversible belong to the run's own steps, which see the run's parameters.
+SESSION_STEP_TYPES: tuple[str, ...] = (
+    "goto", "click", "fill", "select", "check", "uncheck", "press", "wait_for", "assert", "login",
+)  # fmt: skip
+
+
+class SessionSpec(Strict):
+    """Log in once, fork per run: the steps that log in, and how to tell a logged-in browser.
+
+    A bake runs ``steps`` once with the workflow's credentials, opens ``check_url`` and expects
+    ``logged_in`` there, then snapshots the browser; every run starts from that snapshot and
+    checks ``logged_in`` at ``check_url`` before its first step.
+    """
+
+    steps: list[Step] = Field(min_length=1, max_length=50)
+    check_url: str = Field(min_length=1, max_length=2000)
+    logged_in: Target
+    rebake_every_hours: int = Field(default=12, ge=1, le=168)
+
+
 class WorkflowDocument(Strict):
-    """One workflow version as a file: ``pandaweb: 1``, identity, settings, parameters, steps."""
+    """One workflow version as a file: ``pandaweb: 1``, identity, settings, an optional session
+    template, parameters, steps."""
 
     pandaweb: Literal[1] = FORMAT_VERSION
     name: str = Field(min_length=1, max_length=200)
@@ -570,6 +594,7 @@ class WorkflowDocument(Strict):
     description: str = Field(default="", max_length=5000)
     reviewer_group: str = Field(default="Reviewers", min_length=1, max_length=150)
     settings: WorkflowSettings
+    session: SessionSpec | None = None
     parameters: list[Parameter] = Field(default_factory=list, max_length=50)
     steps: list[Step] = Field(default_factory=list, max_length=500)
 
@@ -583,15 +608,23 @@ class Problem(BaseModel):
     path: tuple[str | int, ...]
     message: str
 
-    def where(self, steps: list[Any] | None = None) -> str:
-        if len(self.path) >= 2 and self.path[0] == "steps" and isinstance(self.path[1], int):
-            index = self.path[1]
-            step_id = ""
-            if steps is not None and index < len(steps):
-                step_id = f" '{_step_id(steps[index])}'"
-            field = ".".join(str(p) for p in self.path[2:])
-            return f"step {index + 1}{step_id}" + (f", field {field}" if field else "")
-        return ".".join(str(p) for p in self.path) or "document"
+    def where(
+        self, steps: list[Any] | None = None, *, session_steps: list[Any] | None = None
+    ) -> str:
+        path = self.path
+        if path[:2] == ("session", "steps") and len(path) >= 3 and isinstance(path[2], int):
+            return "session " + _step_where(path[2], path[3:], session_steps)
+        if len(path) >= 2 and path[0] == "steps" and isinstance(path[1], int):
+            return _step_where(path[1], path[2:], steps)
+        return ".".join(str(p) for p in path) or "document"
+
+
+def _step_where(index: int, rest: tuple[str | int, ...], steps: list[Any] | None) -> str:
+    step_id = ""
+    if steps is not None and index < len(steps):
+        step_id = f" '{_step_id(steps[index])}'"
+    field = ".".join(str(p) for p in rest)
+    return f"step {index + 1}{step_id}" + (f", field {field}" if field else "")
 
 
 def _step_id(step: Any) -> str:
@@ -649,32 +682,112 @@ def document_problems(
                         message=f"there is no credential named '{name}'",
                     )
                 )
-    hosts = [parse_host_pattern(h) for h in document.settings.allowed_hosts]
-    step_ids: set[str] = set()
-    outputs: set[str] = set()
-    for index, step in enumerate(document.steps):
-        here: tuple[str | int, ...] = ("steps", index)
-        if step.id in step_ids:
+    scope = _Scope(
+        hosts=[parse_host_pattern(h) for h in document.settings.allowed_hosts],
+        params=params,
+        scoped=scoped,
+        credential_kinds=credential_kinds,
+    )
+    if document.session is not None:
+        problems += _session_problems(document.session, scope)
+    problems += _steps_problems(document.steps, ("steps",), scope)
+    return problems
+
+
+@dataclasses.dataclass
+class _Scope:
+    """What the steps of one list may refer to, and what the lists seen so far declared."""
+
+    hosts: list[Any]
+    params: set[str]
+    scoped: set[str]
+    credential_kinds: dict[str, str] | None
+    # Session steps run once for many runs: no parameters, no outputs of their own.
+    session: bool = False
+    step_ids: set[str] = dataclasses.field(default_factory=set)
+    outputs: set[str] = dataclasses.field(default_factory=set)
+    # Step ids the session template declared, for a clearer message on a clash.
+    session_ids: set[str] = dataclasses.field(default_factory=set)
+
+
+def _session_problems(session: SessionSpec, scope: _Scope) -> list[Problem]:
+    here: tuple[str | int, ...] = ("session",)
+    problems = []
+    for index, step in enumerate(session.steps):
+        path = (*here, "steps", index)
+        if step.type not in SESSION_STEP_TYPES:
+            problems.append(
+                Problem(
+                    path=(*path, "type"),
+                    message=f"a session template only logs in; {step.type} steps belong to the "
+                    "run's steps",
+                )
+            )
+        if step.irreversible:
+            problems.append(
+                Problem(
+                    path=(*path, "irreversible"),
+                    message="session steps run on every bake without anyone's approval; an "
+                    "irreversible step belongs to the run's steps",
+                )
+            )
+    session_scope = _Scope(
+        hosts=scope.hosts,
+        params=set(),
+        scoped=scope.scoped,
+        credential_kinds=scope.credential_kinds,
+        session=True,
+    )
+    problems += _steps_problems(session.steps, (*here, "steps"), session_scope)
+    scope.step_ids |= session_scope.step_ids
+    scope.session_ids = set(session_scope.step_ids)
+    if TEMPLATE.search(session.check_url):
+        problems.append(
+            Problem(
+                path=(*here, "check_url"),
+                message="the check URL is the same for every run: it cannot use {{ … }}",
+            )
+        )
+    else:
+        problem = _goto_problem(session.check_url, scope.hosts)
+        if problem:
+            problems.append(Problem(path=(*here, "check_url"), message=problem))
+    return problems
+
+
+def _steps_problems(
+    steps: Sequence[StepBase], prefix: tuple[str | int, ...], scope: _Scope
+) -> list[Problem]:
+    problems: list[Problem] = []
+    for index, step in enumerate(steps):
+        here: tuple[str | int, ...] = (*prefix, index)
+        if step.id in scope.session_ids:
+            problems.append(
+                Problem(
+                    path=(*here, "id"),
+                    message=f"duplicate step id '{step.id}' (a session step has it)",
+                )
+            )
+        elif step.id in scope.step_ids:
             problems.append(Problem(path=(*here, "id"), message=f"duplicate step id '{step.id}'"))
-        step_ids.add(step.id)
-        for field, text in step.templates():
+        scope.step_ids.add(step.id)
+        for field_name, text in step.templates():
             try:
                 refs = references(text)
             except ValueError as exc:
-                problems.append(Problem(path=(*here, field), message=str(exc)))
+                problems.append(Problem(path=(*here, field_name), message=str(exc)))
                 continue
             for ns, name, sub in refs:
                 problem = _reference_problem(
-                    ns, name, sub, field=field, step=step, params=params, outputs=outputs,
-                    scoped=scoped, credential_kinds=credential_kinds,
-                )  # fmt: skip
+                    ns, name, sub, field=field_name, step=step, scope=scope
+                )
                 if problem:
-                    problems.append(Problem(path=(*here, field), message=problem))
+                    problems.append(Problem(path=(*here, field_name), message=problem))
         if isinstance(step, GotoStep):
-            problem = _goto_problem(step.url, hosts)
+            problem = _goto_problem(step.url, scope.hosts)
             if problem:
                 problems.append(Problem(path=(*here, "url"), message=problem))
-        if isinstance(step, LoginStep) and step.credential not in scoped:
+        if isinstance(step, LoginStep) and step.credential not in scope.scoped:
             problems.append(
                 Problem(
                     path=(*here, "credential"),
@@ -682,8 +795,8 @@ def document_problems(
                     "credentials (settings → credentials)",
                 )
             )
-        if isinstance(step, LoginStep) and credential_kinds is not None:
-            kind = credential_kinds.get(step.credential)
+        if isinstance(step, LoginStep) and scope.credential_kinds is not None:
+            kind = scope.credential_kinds.get(step.credential)
             if kind is not None and kind != "username_password":
                 problems.append(
                     Problem(
@@ -696,57 +809,54 @@ def document_problems(
             for check_index, check in enumerate(step.checks):
                 if isinstance(check, CompareCheck):
                     for side in ("left", "right"):
-                        problem = _operand_problem(getattr(check, side), params, outputs)
+                        problem = _operand_problem(getattr(check, side), scope)
                         if problem:
                             path = (*here, "checks", check_index, side)
                             problems.append(Problem(path=path, message=problem))
         if isinstance(step, ExtractStep):
             for field_index, extract in enumerate(step.fields):
-                if extract.name in outputs:
+                if extract.name in scope.outputs:
                     path = (*here, "fields", field_index, "name")
                     problems.append(
                         Problem(path=path, message=f"output '{extract.name}' is extracted twice")
                     )
-                outputs.add(extract.name)
+                scope.outputs.add(extract.name)
         if isinstance(step, ScreenshotStep | DownloadStep):
-            if step.name in outputs:
+            if step.name in scope.outputs:
                 problems.append(
                     Problem(path=(*here, "name"), message=f"name '{step.name}' is already used")
                 )
-            outputs.add(step.name)
+            scope.outputs.add(step.name)
     return problems
 
 
 def _reference_problem(
-    ns: str,
-    name: str,
-    sub: str | None,
-    *,
-    field: str,
-    step: StepBase,
-    params: set[str],
-    outputs: set[str],
-    scoped: set[str],
-    credential_kinds: dict[str, str] | None,
+    ns: str, name: str, sub: str | None, *, field: str, step: StepBase, scope: _Scope
 ) -> str | None:
+    if scope.session and ns in ("params", "outputs"):
+        return (
+            f"session steps run once for many runs, so they cannot use {ns} "
+            f"('{{{{ {ns}.{name} }}}}')"
+        )
     if ns == "params":
-        if sub is not None or name not in params:
+        if sub is not None or name not in scope.params:
             return f"there is no parameter '{name}'" if sub is None else "params have no fields"
         return None
     if ns == "outputs":
-        if sub is not None or name not in outputs:
+        if sub is not None or name not in scope.outputs:
             return f"no earlier step extracts an output '{name}'"
         return None
     # Secrets may only be typed into a field: anywhere else (a URL, a waited-for text) they would
     # end up in observations, events and screenshots.
     if not (isinstance(step, FillStep) and field == "value"):
         return "secrets may only be used as the value of a fill step"
-    if name not in scoped:
+    if name not in scope.scoped:
         return f"credential '{name}' is not among this workflow's credentials"
     if sub is None:
         return f"say which field of credential '{name}', e.g. {{{{ secrets.{name}.password }}}}"
-    if credential_kinds is not None and name in credential_kinds:
-        fields = CREDENTIAL_FIELDS[credential_kinds[name]]
+    kinds = scope.credential_kinds
+    if kinds is not None and name in kinds:
+        fields = CREDENTIAL_FIELDS[kinds[name]]
         if sub not in fields:
             return f"credential '{name}' has no field '{sub}' (it has: {', '.join(fields)})"
     elif sub not in {f for fields in CREDENTIAL_FIELDS.values() for f in fields}:
@@ -754,17 +864,31 @@ def _reference_problem(
     return None
 
 
-def _operand_problem(operand: str, params: set[str], outputs: set[str]) -> str | None:
+def _operand_problem(operand: str, scope: _Scope) -> str | None:
     ref = REFERENCE.match(operand)
     if ref is None:
         return None  # a literal
     if ref["ns"] == "secrets":
         return "secrets cannot be compared"
-    if ref["ns"] == "params" and ref["name"] not in params:
+    if scope.session:
+        return f"session steps run once for many runs, so they cannot use {ref['ns']}"
+    if ref["ns"] == "params" and ref["name"] not in scope.params:
         return f"there is no parameter '{ref['name']}'"
-    if ref["ns"] == "outputs" and ref["name"] not in outputs:
+    if ref["ns"] == "outputs" and ref["name"] not in scope.outputs:
         return f"no earlier step extracts an output '{ref['name']}'"
     return None
+
+
+def credentials_used(steps: list[Any]) -> set[str]:
+    """The credentials ``steps`` (validated or raw) type: only these are decrypted for them."""
+    names = set()
+    for data in steps:
+        step = data if isinstance(data, StepBase) else STEP_ADAPTER.validate_python(data)
+        if isinstance(step, LoginStep):
+            names.add(step.credential)
+        for _, text in step.templates():
+            names |= {name for ns, name, _ in references(text) if ns == "secrets"}
+    return names
 
 
 def _goto_problem(url: str, hosts: list[Any]) -> str | None:

@@ -88,6 +88,7 @@ def _draft(workflow: Workflow) -> WorkflowVersion:
         workflow=workflow,
         parameters=latest.parameters if latest else [],
         steps=latest.steps if latest else [],
+        session=latest.session if latest else None,
     )
 
 
@@ -123,13 +124,16 @@ def _identity_of(workflow: Workflow) -> dict[str, Any]:
 
 def document_data(workflow: Workflow, version: WorkflowVersion) -> dict[str, Any]:
     """The file a draft would publish as (settings come from the workflow)."""
-    return {
+    data = {
         "pandaweb": 1,
         **_identity_of(workflow),
         "settings": _settings_of(workflow),
         "parameters": version.parameters,
         "steps": version.steps,
     }
+    if version.session is not None:
+        data["session"] = version.session
+    return data
 
 
 def draft_canonical_data(workflow: Workflow, version: WorkflowVersion) -> dict[str, Any]:
@@ -343,6 +347,7 @@ def step_save(
     step = _step_dump(validate_step(data))
     steps = list(draft.steps)
     others = [s["id"] for i, s in enumerate(steps) if i != index]
+    others += [s.get("id") for s in (draft.session or {}).get("steps", [])]
     if step["id"] in others:
         raise WorkflowError(
             "duplicate id", {"id": [f"another step already has the id '{step['id']}'"]}
@@ -542,15 +547,18 @@ def draft_review(workflow: Workflow, draft: WorkflowVersion) -> DraftReview:
                 path=tuple(p for p in error["loc"] if p not in _TAGS),
                 message=str(error["msg"]).removeprefix("Value error, "),
             )
-            messages.append(f"{problem.where(draft.steps)}: {problem.message}")
+            where = problem.where(draft.steps, session_steps=(draft.session or {}).get("steps"))
+            messages.append(f"{where}: {problem.message}")
         return DraftReview(problems=messages, warnings=[], document=None)
     problems = document_problems(document, credential_kinds=credential_kinds())
     if not document.steps:
         problems.append(Problem(path=("steps",), message="a workflow needs at least one step"))
     warnings = irreversible_warnings(list(document.steps))
+    steps = list(document.steps)
+    session_steps = list(document.session.steps) if document.session else None
     return DraftReview(
-        problems=[f"{p.where(list(document.steps))}: {p.message}" for p in problems],
-        warnings=[f"{w.where(list(document.steps))}: {w.message}" for w in warnings],
+        problems=[f"{p.where(steps, session_steps=session_steps)}: {p.message}" for p in problems],
+        warnings=[f"{w.where(steps)}: {w.message}" for w in warnings],
         document=document,
     )
 
@@ -641,7 +649,8 @@ def workflow_import(*, user: User, text: str | bytes) -> Workflow:
             )
         )
     if problems:
-        raise ImportRefused(locate(problems, source, list(document.steps)))
+        session_steps = list(document.session.steps) if document.session else None
+        raise ImportRefused(locate(problems, source, list(document.steps), session_steps))
     assert group is not None
     existing = Workflow.objects.filter(slug=document.slug).first()
     if existing is None:
@@ -668,7 +677,8 @@ def workflow_import(*, user: User, text: str | bytes) -> Workflow:
     draft = _draft(workflow)
     draft.parameters = data.get("parameters", [])
     draft.steps = data.get("steps", [])
-    draft.save(update_fields=["parameters", "steps", "updated_at"])
+    draft.session = data.get("session")
+    draft.save(update_fields=["parameters", "steps", "session", "updated_at"])
     audit_record(
         action="workflow.imported",
         object_type="workflow",
@@ -679,6 +689,7 @@ def workflow_import(*, user: User, text: str | bytes) -> Workflow:
             "slug": workflow.slug,
             "steps": len(draft.steps),
             "parameters": len(draft.parameters),
+            **({"session_steps": len(draft.session["steps"])} if draft.session else {}),
         },
         extra={"draft": draft.pk, "sha256": hashlib.sha256(source.encode()).hexdigest()},
     )

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
@@ -13,6 +14,7 @@ from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
+from sessions import selectors as session_selectors
 from workflows import selectors, services
 from workflows.diff import document_diff
 from workflows.forms import (
@@ -64,6 +66,10 @@ def _editor_context(request: AuthenticatedRequest, workflow: Workflow) -> dict[s
         "can_edit": _editable(request) and not workflow.archived,
         "can_author": _editable(request),
         "can_launch": user_can(request.user, Capability.LAUNCH_RUNS),
+        "session_panel": session_selectors.session_template_panel(
+            workflow, backend=settings.SANDBOX_BACKEND
+        ),
+        "can_rebake": user_can(request.user, Capability.LAUNCH_RUNS) and not workflow.archived,
     }
 
 

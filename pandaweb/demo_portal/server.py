@@ -324,6 +324,11 @@ def api_reset(state: PortalState, request: Request, match: re.Match[str]) -> Res
     return json_response({"ok": True})
 
 
+def api_expire_sessions(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    """Test hook: every signed-in browser is signed out (saved session cookies go stale)."""
+    return json_response({"closed": state.close_all_sessions()})
+
+
 # Lab
 
 
@@ -359,6 +364,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", re.compile(r"/receipts/(?P<receipt>RCPT-[0-9]{4}-[0-9]{6})"), receipt),
     Route("GET", re.compile(r"/api/payments"), api_payments, login_required=False),
     Route("POST", re.compile(r"/api/reset"), api_reset, login_required=False),
+    Route("POST", re.compile(r"/api/sessions/expire"), api_expire_sessions, login_required=False),
     Route("GET", re.compile(r"/api/drafts/(?P<token>[A-Za-z0-9_-]{1,64})"), api_draft),
     Route("POST", re.compile(r"/api/drafts/reprice"), api_reprice, login_required=False),
     Route("GET", re.compile(r"/lab/late-content"), _lab_view(lab.late_content_page)),

@@ -242,6 +242,14 @@ class PortalState:
         with self._lock:
             self._sessions.pop(token, None)
 
+    def close_all_sessions(self) -> int:
+        """Sign everybody out, as a portal does after a password change or a deployment; returns
+        how many sessions were open. Invoices and payments stay."""
+        with self._lock:
+            count = len(self._sessions)
+            self._sessions = {}
+        return count
+
     # Invoices
 
     def invoices(self, month: str | None = None) -> list[Invoice]:

@@ -24,6 +24,9 @@ def watch(workdir: Path, pgid: int, leader: int, *, poll: float = POLL_SECONDS) 
     path = str(workdir)
     while True:
         if not group_alive(pgid, path):
+            # Helpers outside the group (a microVM's proxy relay, a crash handler) must not
+            # outlive a browser that died on its own.
+            stop_browser(path, None, None)
             return "browser gone"
         deadline = read_deadline(workdir)
         now = time.time()

@@ -120,3 +120,15 @@ def test_the_payment_form_cleans_valid_input() -> None:
     assert str(details.amount) == "99.50"
     assert details.iban == PAYEE_IBAN
     assert details.reference == "INV-1040"
+
+
+def test_signing_everybody_out_keeps_the_invoices() -> None:
+    state = PortalState()
+    tokens = [state.open_session(DEMO_USERNAME) for _ in range(2)]
+    invoices = state.invoices()
+
+    assert state.close_all_sessions() == 2
+
+    assert [state.session_user(token) for token in tokens] == [None, None]
+    assert state.invoices() == invoices
+    assert state.close_all_sessions() == 0

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -13,6 +15,7 @@ from workflows import services as workflow_services
 from workflows.models import Credential, Workflow
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "workflows" / "examples" / "acme-pay-invoice.yaml"
+SESSION_EXAMPLE = EXAMPLE.with_name("acme-download-invoices.yaml")
 
 
 @pytest.fixture(autouse=True)
@@ -21,6 +24,20 @@ def no_background_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     from sessions import services
 
     monkeypatch.setattr(services, "dispatch", lambda task, **kwargs: None)
+
+
+@pytest.fixture(autouse=True)
+def session_templates_go_first(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Session templates pin published versions, which a transactional test's clean-up deletes
+    (tests/conftest.py): the templates, and the runs' links to them, go first."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    if not (marker is not None and marker.kwargs.get("transaction", False)):
+        return
+    from sessions.models import Run, SessionTemplate
+
+    Run.objects.exclude(session_template=None).update(session_template=None)
+    SessionTemplate.objects.all().delete()
 
 
 @pytest.fixture
@@ -63,3 +80,12 @@ def processes_with(marker: str) -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             continue
     return found
+
+
+def session_document(portal_url: str) -> dict[str, Any]:
+    """The session template example, pointed at a test portal."""
+    host = portal_url.removeprefix("http://")
+    document: dict[str, Any] = yaml.safe_load(
+        SESSION_EXAMPLE.read_text().replace("127.0.0.1:8001", host)
+    )
+    return document

@@ -631,9 +631,7 @@ def fake_date(tmp_path: Path) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "date").write_text(
-        "#!/bin/sh\n"
-        f'[ "$1" = -s ] && echo "$2" >>{tmp_path}/set\n'
-        'echo 1700000000.250000000\n'
+        f'#!/bin/sh\n[ "$1" = -s ] && echo "$2" >>{tmp_path}/set\necho 1700000000.250000000\n'
     )
     (bin_dir / "date").chmod(0o755)
     return bin_dir

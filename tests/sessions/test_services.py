@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -165,3 +167,18 @@ def test_the_worker_holding_an_approved_runs_browser_keeps_it_alive_until_it_con
         assert (held.stopped, gone.stopped) == (False, True)
     finally:
         services._live_proxy(f"run-{run.pk}-a")
+
+
+def test_the_sandbox_reaper_destroys_what_outlived_its_deadline_on_this_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PANDAWEB_SANDBOX_DIR", str(tmp_path))
+    for name, deadline in (("run-1-expired", time.time() - 5), ("run-2-alive", time.time() + 600)):
+        workdir = tmp_path / name
+        workdir.mkdir()
+        (workdir / ".pandaweb-sandbox").touch()
+        (workdir / "deadline").write_text(repr(deadline))
+
+    assert services.sandbox_reap_orphans() == ["run-1-expired"]
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run-2-alive"]
