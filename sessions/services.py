@@ -729,19 +729,7 @@ def _crashed(run_id: int, reason: str, **fields: Any) -> None:
 
 def _secrets_for(run: Run, names: list[str]) -> dict[str, dict[str, str]]:
     """Decrypt the workflow's credentials for this run; each use is audited, never the value."""
-    box = vault()
-    values = {}
-    for credential in Credential.objects.filter(name__in=names).order_by("name"):
-        values[credential.name] = box.open(credential.ciphertext)
-        audit_record(
-            action="credential.used",
-            object_type="credential",
-            object_id=credential.pk,
-            actor_kind=AuditEvent.ActorKind.RUNNER,
-            after={"name": credential.name},
-            run_id=run.pk,
-        )
-    return values
+    return _open_credentials(names, run_id=run.pk)
 
 
 def _finish(run_id: int, status: str, reason: str, **fields: Any) -> None:
@@ -1026,9 +1014,9 @@ class _BakeSink:
 
 
 def _open_credentials(
-    names: list[str], *, run_id: int | None, template_id: int
+    names: list[str], *, run_id: int | None, template_id: int | None = None
 ) -> dict[str, dict[str, str]]:
-    """Decrypt the credentials a bake types; each use is audited, never the value."""
+    """Decrypt credentials for a run or a bake; each use is audited, never the value."""
     box = vault()
     values = {}
     for credential in Credential.objects.filter(name__in=names).order_by("name"):
@@ -1040,7 +1028,7 @@ def _open_credentials(
             actor_kind=AuditEvent.ActorKind.RUNNER,
             after={"name": credential.name},
             run_id=run_id,
-            extra={"session_template": template_id},
+            extra={"session_template": template_id} if template_id else None,
         )
     return values
 

@@ -23,13 +23,8 @@ import json
 import logging
 import os
 import socket
-import stat
 import subprocess
-import sys
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,13 +36,19 @@ from sessions.sandbox._proc import (
     PGID_FILE,
     RECORD_FILE,
     atomic_write,
-    group_alive,
     read_deadline,
     read_pgid,
     remove_workdir,
     stop_browser,
 )
 from sessions.sandbox.base import Sandbox, SandboxError, SandboxSpec, default_root
+from sessions.sandbox.workdirs import (
+    WorkdirSandboxes,
+    adopt,
+    ensure_root,
+    json_version,
+    spawn_watchdog,
+)
 
 __all__ = ["LocalBackend", "reap_orphans"]
 
@@ -62,31 +63,10 @@ PROCESS_GROUP_ONLY = "process group only"
 # ``connect_over_cdp(cdp_url, artifacts_dir=sandbox.details["artifacts_dir"])``.
 ARTIFACTS_DIR = "downloads"
 
-_PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-# Popen objects of browsers and watchdogs this process started, so that destroy() here can reap
-# them at once. A daemon thread per child also reaps whenever it exits (killed by the watchdog,
-# by a reaper in another process, or crashed), so long-lived workers collect no zombies.
-_CHILDREN: dict[str, list[subprocess.Popen[bytes]]] = {}
-_CHILDREN_LOCK = threading.Lock()
 
 # Environment passed to the browser: only what it needs to run. The worker's own environment
 # holds database URLs and keys that a compromised renderer could read from /proc/self/environ.
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "FONTCONFIG_PATH", "FONTCONFIG_FILE")
-
-
-def _adopt(run_key: str, proc: subprocess.Popen[bytes]) -> None:
-    with _CHILDREN_LOCK:
-        _CHILDREN.setdefault(run_key, []).append(proc)
-    threading.Thread(target=proc.wait, name=f"sandbox-reap-{proc.pid}", daemon=True).start()
-
-
-def _release(run_key: str) -> None:
-    with _CHILDREN_LOCK:
-        procs = _CHILDREN.pop(run_key, [])
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
 
 
 def _tail(path: Path, lines: int = 8) -> str:
@@ -99,18 +79,6 @@ def _tail(path: Path, lines: int = 8) -> str:
     return "\n".join(kept[-lines:])
 
 
-def _json_version(cdp_url: str, timeout: float) -> dict[str, Any] | None:
-    # An explicit empty ProxyHandler: urllib would otherwise honour http_proxy from the worker's
-    # environment and send our loopback probe to some other machine.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"{cdp_url}/json/version", timeout=timeout) as response:
-            data = json.loads(response.read())
-    except (OSError, ValueError, urllib.error.URLError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _port(port_file: Path) -> int | None:
     """The debugging port Chromium wrote to its profile, once it listens."""
     with contextlib.suppress(FileNotFoundError, ValueError, IndexError):
@@ -120,17 +88,6 @@ def _port(port_file: Path) -> int | None:
     return None
 
 
-def _ensure_root(root: Path) -> None:
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = root.lstat()
-    # Under a shared /tmp another local user could pre-create the root and watch or swap our
-    # profiles; refuse anything we do not own outright.
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise SandboxError(f"sandbox directory {root} is not a directory owned by this user")
-    if info.st_mode & 0o022:
-        raise SandboxError(f"sandbox directory {root} is writable by other users")
-
-
 @dataclasses.dataclass(frozen=True)
 class _Isolation:
     support: namespaces.Support | None  # None: no namespaces
@@ -138,7 +95,7 @@ class _Isolation:
     warning: str = ""
 
 
-class LocalBackend:
+class LocalBackend(WorkdirSandboxes):
     """System Chromium in its own process group (and namespaces, where the host allows), watched
     by a detached dead-man's switch.
 
@@ -178,7 +135,7 @@ class LocalBackend:
         started = time.time()
         t0 = time.monotonic()
         chromium = self._chromium()
-        _ensure_root(self.root)
+        ensure_root(self.root)
         workdir = self.root / spec.run_key
         isolation = self._isolation(workdir, spec.run_key)
         try:
@@ -195,7 +152,7 @@ class LocalBackend:
             procs.append(browser)
             atomic_write(workdir / PGID_FILE, f"{browser.pid} {browser.pid}")
             # Started before waiting for CDP: a worker killed during start-up is covered too.
-            watchdog = self._spawn_watchdog(workdir, browser.pid)
+            watchdog = spawn_watchdog(workdir, browser.pid)
             procs.append(watchdog)
             find_port = (
                 functools.partial(_port, workdir / "profile" / "DevToolsActivePort")
@@ -238,7 +195,7 @@ class LocalBackend:
                 raise SandboxError(f"could not start the sandbox ({chromium}): {exc}") from exc
             raise
         for proc in procs:
-            _adopt(spec.run_key, proc)
+            adopt(spec.run_key, proc)
         return sandbox
 
     def _abandon(self, workdir: Path, procs: list[subprocess.Popen[bytes]]) -> None:
@@ -350,36 +307,6 @@ class LocalBackend:
                 close_fds=True,
             )
 
-    def _spawn_watchdog(self, workdir: Path, pgid: int) -> subprocess.Popen[bytes]:
-        env = {key: os.environ[key] for key in ("PATH", "LANG", "TZ") if key in os.environ}
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        with open(workdir / "watchdog.log", "wb") as log:
-            return subprocess.Popen(
-                [
-                    sys.executable,
-                    # Standard library only: skipping site-packages makes it start faster while
-                    # the browser next to it competes for the same CPUs. ``-m`` with the project
-                    # root as working directory finds the package without installing it.
-                    "-S",
-                    "-m",
-                    "sessions.sandbox.watchdog",
-                    "--workdir",
-                    str(workdir),
-                    "--pgid",
-                    str(pgid),
-                    "--leader",
-                    str(pgid),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=_PROJECT_ROOT,
-                # Its own session: killing the browser's group, or the worker's, spares it.
-                start_new_session=True,
-                close_fds=True,
-            )
-
     def _wait_ready(
         self,
         browser: subprocess.Popen[bytes],
@@ -401,7 +328,7 @@ class LocalBackend:
                 if port is not None:
                     cdp_url = f"http://127.0.0.1:{port}"
             if cdp_url:
-                version = _json_version(cdp_url, timeout=1.0)
+                version = json_version(cdp_url, timeout=1.0)
                 if version is not None:
                     return cdp_url, version
             if time.monotonic() - t0 > self.ready_timeout:
@@ -414,40 +341,6 @@ class LocalBackend:
             time.sleep(0.01)
 
     # -- the rest -------------------------------------------------------------------------
-
-    def destroy(self, sandbox: Sandbox) -> None:
-        sandbox.check_host()
-        workdir = Path(sandbox.workdir)
-        if workdir.name != sandbox.run_key:
-            raise SandboxError(f"sandbox record of {sandbox.run_key} names workdir {workdir}")
-        # Deleting the deadline first tells the watchdog the sandbox is going away.
-        with contextlib.suppress(FileNotFoundError):
-            (workdir / DEADLINE_FILE).unlink()
-        stop_browser(str(workdir), sandbox.pgid, sandbox.pid)
-        _release(sandbox.run_key)
-        if not remove_workdir(workdir):
-            raise SandboxError(f"could not remove {workdir}: not a sandbox directory")
-
-    def alive(self, sandbox: Sandbox) -> bool:
-        sandbox.check_host()
-        return group_alive(sandbox.pgid, sandbox.workdir)
-
-    def extend(self, sandbox: Sandbox, deadline: float) -> None:
-        sandbox.check_host()
-        workdir = Path(sandbox.workdir)
-        gone = SandboxError(f"sandbox {sandbox.run_key} is gone; its deadline cannot move")
-        if not group_alive(sandbox.pgid, sandbox.workdir):
-            raise gone
-        try:
-            atomic_write(workdir / DEADLINE_FILE, repr(deadline))
-        except FileNotFoundError:
-            raise gone from None
-        # The watchdog may have read the old deadline just before the write and be killing it.
-        if not group_alive(sandbox.pgid, sandbox.workdir):
-            raise gone
-        sandbox.deadline = deadline
-        with contextlib.suppress(OSError):
-            atomic_write(workdir / RECORD_FILE, json.dumps(sandbox.to_dict(), indent=2))
 
 
 def reap_orphans(root_dir: Path | str | None = None, *, now: float | None = None) -> list[str]:

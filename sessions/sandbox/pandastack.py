@@ -60,14 +60,13 @@ import socket
 import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from sessions.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from sessions.sandbox.workdirs import json_version
 
 __all__ = ["PandaStackBackend"]
 
@@ -1088,7 +1087,7 @@ class PandaStackBackend:
         """Wait until CDP answers through the relay (the path the runner will take) and the
         first egress tunnel is open."""
         while True:
-            version = _json_version(link.relay.url, timeout=5.0)
+            version = json_version(link.relay.url, timeout=5.0)
             relayed = str((version or {}).get("webSocketDebuggerUrl", ""))
             if relayed.startswith(f"ws://127.0.0.1:{link.relay.port}/") and (
                 link.tunnels.connected.is_set()
@@ -1246,14 +1245,3 @@ class PandaStackBackend:
             raise SandboxError(f"could not snapshot the PandaStack sandbox: {exc}") from exc
         finally:
             self.destroy(sandbox)
-
-
-def _json_version(cdp_url: str, timeout: float) -> dict[str, Any] | None:
-    # No proxy from the worker's environment: the relay is on loopback.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"{cdp_url}/json/version", timeout=timeout) as response:
-            data = json.loads(response.read())
-    except (OSError, ValueError, urllib.error.URLError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -28,11 +28,8 @@ import os
 import secrets
 import socket
 import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,13 +42,19 @@ from sessions.sandbox._proc import (
     PGID_FILE,
     RECORD_FILE,
     atomic_write,
-    group_alive,
     remove_workdir,
     stop_browser,
 )
 from sessions.sandbox.base import Sandbox, SandboxError, SandboxSpec, default_root
 from sessions.sandbox.microvm import qmp
 from sessions.sandbox.microvm.image import GuestImage, find_image, image_root
+from sessions.sandbox.workdirs import (
+    WorkdirSandboxes,
+    adopt,
+    ensure_root,
+    json_version,
+    spawn_watchdog,
+)
 
 __all__ = ["Accelerator", "MicroVMBackend", "choose_accelerator"]
 
@@ -82,11 +85,6 @@ _READY_TIMEOUT = {
 _SAVE_TIMEOUT = 120.0
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
 
-# Popen objects this process started, reaped by a thread each so a long-lived worker collects no
-# zombies whoever stops the VM.
-_CHILDREN: dict[str, list[subprocess.Popen[bytes]]] = {}
-_CHILDREN_LOCK = threading.Lock()
-
 
 @dataclass(frozen=True)
 class Accelerator:
@@ -98,7 +96,9 @@ class Accelerator:
         if self.name == "kvm":
             # -cpu host alone trips a QEMU 7.2 assertion setting MSR 0x10a.
             return ["-accel", "kvm", "-cpu", "host,-arch-capabilities"]
-        return ["-accel", "tcg", "-cpu", "max"]
+        # QEMU's default translation cache is 1 GiB per VM; a browser's working set fits in
+        # far less, and the rest would be resident memory for nothing.
+        return ["-accel", "tcg,tb-size=256", "-cpu", "max"]
 
     @property
     def label(self) -> str:
@@ -165,17 +165,6 @@ def _tail(path: Path, lines: int = 10) -> str:
     return "\n".join(line for line in text.splitlines()[-lines:] if line.strip())
 
 
-def _json_version(port: int, timeout: float) -> dict[str, Any] | None:
-    # No proxy from the worker's environment: this probe is for a loopback forward.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"http://127.0.0.1:{port}/json/version", timeout=timeout) as response:
-            data = json.loads(response.read())
-    except (OSError, ValueError, urllib.error.URLError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _push_clock(port: int, timeout: float, done: threading.Event) -> None:
     """Set the guest's clock to the host's, and ``done`` once the guest confirms it.
 
@@ -206,20 +195,6 @@ def _host_tsc_khz() -> int | None:
     return None
 
 
-def _adopt(key: str, proc: subprocess.Popen[bytes]) -> None:
-    with _CHILDREN_LOCK:
-        _CHILDREN.setdefault(key, []).append(proc)
-    threading.Thread(target=proc.wait, name=f"microvm-reap-{proc.pid}", daemon=True).start()
-
-
-def _release(key: str) -> None:
-    with _CHILDREN_LOCK:
-        procs = _CHILDREN.pop(key, [])
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-
-
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -247,7 +222,7 @@ class _VM:
         return [p for p in (self.qemu, self.watchdog, self.relay) if p is not None]
 
 
-class MicroVMBackend:
+class MicroVMBackend(WorkdirSandboxes):
     """QEMU ``-M microvm`` per run, restored from a saved state, watched by a dead-man's switch."""
 
     name = "microvm"
@@ -342,7 +317,7 @@ class MicroVMBackend:
             self._abandon(vm)
             raise
         for proc in vm.procs:
-            _adopt(spec.run_key, proc)
+            adopt(spec.run_key, proc)
         return sandbox
 
     def _image(self) -> GuestImage:
@@ -363,7 +338,7 @@ class MicroVMBackend:
         state: Path | None,
         deadline: float,
     ) -> _VM:
-        _ensure_root(self.root)
+        ensure_root(self.root)
         workdir = self.root / name
         try:
             workdir.mkdir(mode=0o700)
@@ -390,7 +365,7 @@ class MicroVMBackend:
                 )
             atomic_write(workdir / PGID_FILE, f"{qemu.pid} {qemu.pid}")
             # Started at once: a worker killed while the VM boots is covered too.
-            watchdog = _spawn_watchdog(workdir, qemu.pid)
+            watchdog = spawn_watchdog(workdir, qemu.pid)
         except BaseException as exc:
             if qemu is not None:
                 qemu.kill()
@@ -507,7 +482,7 @@ class MicroVMBackend:
                 )
                 pusher.start()
             if running and version is None:
-                version = _json_version(vm.cdp_port, timeout=2.0)
+                version = json_version(f"http://127.0.0.1:{vm.cdp_port}", timeout=2.0)
             if version is not None and clock_set.wait(0.05):
                 return version
             if time.monotonic() - t0 > timeout:
@@ -518,6 +493,8 @@ class MicroVMBackend:
 
     def _resume(self, vm: _VM) -> bool:
         """Start a restored VM once its state is loaded; True when it runs."""
+        if not (vm.workdir / "qmp.sock").exists():
+            return False  # QEMU has not opened its monitor yet
         try:
             status = qmp.execute(vm.workdir / "qmp.sock", "query-status").get("status")
             if status == "inmigrate":
@@ -650,37 +627,11 @@ class MicroVMBackend:
 
     # -- the rest -------------------------------------------------------------------------
 
-    def destroy(self, sandbox: Sandbox) -> None:
-        sandbox.check_host()
-        workdir = Path(sandbox.workdir)
-        if workdir.parent != self.root:
+    def _check_workdir(self, sandbox: Sandbox, workdir: Path) -> None:
+        # A VM from the warm pool keeps the workdir it was restored into.
+        named = workdir.name == sandbox.run_key or workdir.name.startswith("pool-")
+        if workdir.parent != self.root or not named:
             raise SandboxError(f"sandbox record of {sandbox.run_key} names workdir {workdir}")
-        with contextlib.suppress(FileNotFoundError):
-            (workdir / DEADLINE_FILE).unlink()
-        stop_browser(str(workdir), sandbox.pgid, sandbox.pid)
-        _release(sandbox.run_key)
-        if not remove_workdir(workdir):
-            raise SandboxError(f"could not remove {workdir}: not a sandbox directory")
-
-    def alive(self, sandbox: Sandbox) -> bool:
-        sandbox.check_host()
-        return group_alive(sandbox.pgid, sandbox.workdir)
-
-    def extend(self, sandbox: Sandbox, deadline: float) -> None:
-        sandbox.check_host()
-        workdir = Path(sandbox.workdir)
-        gone = SandboxError(f"sandbox {sandbox.run_key} is gone; its deadline cannot move")
-        if not group_alive(sandbox.pgid, sandbox.workdir):
-            raise gone
-        try:
-            atomic_write(workdir / DEADLINE_FILE, repr(deadline))
-        except FileNotFoundError:
-            raise gone from None
-        if not group_alive(sandbox.pgid, sandbox.workdir):
-            raise gone
-        sandbox.deadline = deadline
-        with contextlib.suppress(OSError):
-            atomic_write(workdir / RECORD_FILE, json.dumps(sandbox.to_dict(), indent=2))
 
 
 _QEMU_VERSION: str | None = None
@@ -699,30 +650,6 @@ def _qemu_version() -> str:
             ) from exc
         _QEMU_VERSION = out.splitlines()[0] if out else "unknown"
     return _QEMU_VERSION
-
-
-def _ensure_root(root: Path) -> None:
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = root.lstat()
-    if not root.is_dir() or info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise SandboxError(f"sandbox directory {root} must be a directory only this user can write")
-
-
-def _spawn_watchdog(workdir: Path, pgid: int) -> subprocess.Popen[bytes]:
-    env = {key: os.environ[key] for key in ("PATH", "LANG", "TZ") if key in os.environ}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    with open(workdir / "watchdog.log", "wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-S", "-m", "sessions.sandbox.watchdog",
-             "--workdir", str(workdir), "--pgid", str(pgid), "--leader", str(pgid)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=_PROJECT_ROOT,
-            start_new_session=True,
-            close_fds=True,
-        )  # fmt: skip
 
 
 class _WarmPool:

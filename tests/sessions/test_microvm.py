@@ -1,0 +1,417 @@
+"""The microVM backend for real: QEMU ``-M microvm`` with the project's guest image, under KVM
+where the host has hardware virtualization and under TCG (software emulation) elsewhere, such as
+on the CI machine. Slow (a page load takes ~20 s under TCG): CI runs this group once, after
+building the guest image with ``manage.py microvm_image``."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+from django.contrib.auth.models import User
+
+from pandaweb.demo_portal.server import PortalServer
+from sessions import services
+from sessions.models import Run
+from sessions.proxy import EgressPolicy, EgressProxy
+from sessions.sandbox import Sandbox, SandboxSpec
+from sessions.sandbox.microvm.backend import MicroVMBackend
+from sessions.sandbox.microvm.image import GuestImage, find_image
+from tests.sessions.conftest import EXAMPLE, publish
+from workflows.models import Credential
+
+pytestmark = [pytest.mark.microvm, pytest.mark.slow, pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def guest_image() -> GuestImage:
+    image = find_image()
+    # Not a skip: CI builds the image before this group, so a missing one is a failure to see.
+    assert image is not None, "no guest image: run `python manage.py microvm_image` first"
+    return image
+
+
+@pytest.fixture
+def sandbox_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("microvms")
+    root.chmod(0o700)
+    return root
+
+
+@pytest.fixture
+def backend(guest_image: GuestImage, sandbox_root: Path) -> MicroVMBackend:
+    return MicroVMBackend(sandbox_root)
+
+
+@pytest.fixture
+def proxy(portal: str) -> Iterator[EgressProxy]:
+    proxy = EgressProxy(EgressPolicy([portal.removeprefix("http://")]), on_denied=lambda _: None)
+    proxy.start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def vm(backend: MicroVMBackend, proxy: EgressProxy) -> Iterator[Sandbox]:
+    sandbox = backend.create(SandboxSpec(run_key="vm-test", proxy_url=proxy.url, ttl_seconds=600))
+    yield sandbox
+    backend.destroy(sandbox)
+
+
+def qemu_processes(workdir: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            line = " ".join(process.info["cmdline"] or [])
+        except psutil.NoSuchProcess:
+            continue
+        if "qemu-system" in line and workdir in line:
+            found.append(process)
+    return found
+
+
+def test_it_prints_the_accelerator_it_uses(backend: MicroVMBackend) -> None:
+    accelerator = backend.accelerator
+    # CI shows which accelerator the microVM tests ran under (-s or -rA prints this).
+    print(f"\nmicroVM accelerator: {accelerator.label}: {accelerator.reason}")
+    assert accelerator.name in {"kvm", "tcg"}
+    assert bool(accelerator.warning) == (accelerator.name == "tcg")
+
+
+def test_a_vm_restored_from_the_base_snapshot_is_ready_quickly_with_the_hosts_clock(
+    vm: Sandbox, backend: MicroVMBackend
+) -> None:
+    assert vm.details["start"] == "snapshot restore"
+    assert vm.details["accelerator"] == backend.accelerator.label
+    # Generous here (two cores shared with the test run); the benchmark measures the median.
+    assert vm.ready_seconds < 15
+    assert qemu_processes(vm.workdir)
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.connect_over_cdp(vm.cdp_url, timeout=60_000)
+        page = browser.contexts[0].pages[0]
+        guest_now = page.evaluate("Date.now()") / 1000
+        browser.close()
+    # The base state was saved minutes or days ago: without the push the guest would live then.
+    assert abs(guest_now - time.time()) < 5
+
+
+def test_destroy_leaves_no_qemu_behind(backend: MicroVMBackend, proxy: EgressProxy) -> None:
+    sandbox = backend.create(SandboxSpec(run_key="vm-gone", proxy_url=proxy.url, ttl_seconds=60))
+    assert backend.alive(sandbox)
+
+    backend.destroy(sandbox)
+    backend.destroy(sandbox)  # idempotent
+
+    assert not backend.alive(sandbox)
+    assert qemu_processes(sandbox.workdir) == []
+    assert not Path(sandbox.workdir).exists()
+
+
+def test_the_ttl_kills_a_vm_whose_worker_was_killed(sandbox_root: Path, proxy: EgressProxy) -> None:
+    project = Path(__file__).resolve().parents[2]
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, time
+                sys.path.insert(0, {str(project)!r})
+                from sessions.sandbox import SandboxSpec
+                from sessions.sandbox.microvm.backend import MicroVMBackend
+                sandbox = MicroVMBackend({str(sandbox_root)!r}).create(
+                    SandboxSpec(run_key="vm-orphan", proxy_url={proxy.url!r}, ttl_seconds=25)
+                )
+                print(sandbox.workdir, flush=True)
+                time.sleep(600)
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=project,
+    )
+    assert worker.stdout is not None
+    workdir = worker.stdout.readline().strip()
+    assert workdir, "the worker did not start its VM"
+    assert qemu_processes(workdir)
+
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+
+    # The VM is not the worker's child any more: its watchdog ends it at the deadline.
+    assert qemu_processes(workdir)
+    end = time.monotonic() + 60
+    while qemu_processes(workdir) and time.monotonic() < end:
+        time.sleep(0.5)
+    assert qemu_processes(workdir) == []
+    assert not Path(workdir).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_workflows_first_steps_run_in_a_microvm(
+    operator: User,
+    acme_credential: Credential,
+    portal_server: PortalServer,
+    portal: str,
+    settings: Any,
+    tmp_path: Path,
+    guest_image: GuestImage,
+    sandbox_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings.SANDBOX_BACKEND = "microvm"
+    settings.RUN_FILES_DIR = tmp_path / "runs"
+    monkeypatch.setenv("PANDAWEB_SANDBOX_DIR", str(sandbox_root))
+    document = yaml.safe_load(EXAMPLE.read_text().replace("127.0.0.1:8001", portal[7:]))
+    # Log in, then open the invoice: the part of the demo that matters for isolation. The rest
+    # would add minutes of software-emulated page loads and prove nothing more here.
+    first = ("open-login", "log-in", "wait-dashboard", "accept-cookies", "open-invoice")
+    document["steps"] = [step for step in document["steps"] if step["id"] in first]
+    workflow = publish(operator, document)
+    invoice = next(i for i in portal_server.state.invoices() if i.status == "open")
+    run = services.run_launch(
+        workflow_id=workflow.pk,
+        user=operator,
+        raw_inputs={"invoice": invoice.number, "amount": f"{invoice.amount_due:.2f}"},
+    )
+
+    services.run_execute(run_id=run.pk)
+
+    run.refresh_from_db()
+    steps = list(run.step_results.order_by("index"))
+    assert run.status == Run.Status.SUCCEEDED, (
+        run.failure_reason,
+        [(s.step_id, s.error) for s in steps],
+    )
+    assert [s.step_id for s in steps] == list(first)
+    assert run.sandbox_backend == "microvm"
+    assert run.sandbox_ready_seconds is not None
+    assert run.sandbox is None
+    assert not any(sandbox_root.iterdir())
+
+
+def ask_guest(sandbox: Sandbox, line: str) -> str:
+    """One request to the guest's control port (see guest/pandaweb-control)."""
+    with socket.create_connection(("127.0.0.1", sandbox.details["control_port"]), timeout=60) as c:
+        answers = c.makefile("rb")
+        assert answers.readline().strip() == b"ready"
+        c.sendall(f"{line}\n".encode())
+        return answers.readline().decode().strip()
+
+
+class Sink:
+    """A loopback listener that counts who connects: any count above zero is a leak."""
+
+    def __init__(self, host: str) -> None:
+        self.connections = 0
+        self.server = socket.create_server((host, 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            conn.close()
+
+
+def test_the_guest_reaches_allowlisted_hosts_through_its_proxy_and_nothing_else(
+    backend: MicroVMBackend, portal: str
+) -> None:
+    denied: list[Any] = []
+    proxy = EgressProxy(EgressPolicy([portal.removeprefix("http://")]), on_denied=denied.append)
+    proxy.start()
+    # In QEMU's user network 10.0.2.2 is the host's loopback: without restrict=on the guest
+    # would reach this sink (and every other service on 127.0.0.1) directly.
+    sink = Sink("127.0.0.1")
+    sandbox = backend.create(SandboxSpec(run_key="vm-egress", proxy_url=proxy.url, ttl_seconds=600))
+    try:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.connect_over_cdp(sandbox.cdp_url, timeout=60_000)
+            page = browser.contexts[0].pages[0]
+            page.set_default_timeout(120_000)
+            page.goto(f"{portal}/login")
+            assert page.get_by_label("Username").count() == 1
+
+            for url in ("http://portal.example.invalid/", f"http://10.0.2.2:{sink.port}/"):
+                response = page.goto(url)
+                assert response is None or response.status == 403, url
+            browser.close()
+
+        assert ask_guest(sandbox, f"probe 10.0.2.2 {sink.port}") == "ok closed"
+        portal_port = portal.rsplit(":", 1)[1]
+        assert ask_guest(sandbox, f"probe 10.0.2.2 {portal_port}") == "ok closed"
+        assert ask_guest(sandbox, "probe 10.0.2.3 53") == "ok closed"  # QEMU's DNS forwarder
+        assert ask_guest(sandbox, "resolve pandaweb-probe.invalid") == "ok unresolved"
+    finally:
+        backend.destroy(sandbox)
+        proxy.stop()
+        sink.server.close()
+
+    assert sink.connections == 0
+    denied_hosts = {attempt.host for attempt in denied}
+    assert {"portal.example.invalid", "10.0.2.2"} <= denied_hosts
+
+
+def log_in(cdp_url: str, portal: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.connect_over_cdp(cdp_url, timeout=60_000)
+        page = browser.contexts[0].pages[0]
+        page.set_default_timeout(180_000)
+        page.goto(f"{portal}/login")
+        page.get_by_label("Username").fill("acme-demo")
+        page.get_by_label("Password").fill("portal-demo-2026")
+        page.get_by_role("button", name="Sign in").click()
+        page.get_by_text("Open invoices").first.wait_for()
+        browser.close()
+
+
+def bake(backend: MicroVMBackend, proxy: EgressProxy, portal: str, state: Path) -> None:
+    """Log in once in a VM and save it: what a session template's bake does."""
+    baker = backend.create(SandboxSpec(run_key="vm-bake", proxy_url=proxy.url, ttl_seconds=900))
+    try:
+        log_in(baker.cdp_url, portal)
+    except BaseException:
+        backend.destroy(baker)
+        raise
+    backend.snapshot(baker, state)
+    assert not backend.alive(baker)  # the baked browser never goes on itself
+    assert qemu_processes(baker.workdir) == []
+
+
+def start_and_mark(cdp_url: str, portal: str, mark: str | None) -> dict[str, Any]:
+    """Open the dashboard in a forked VM; optionally set a cookie; report what it saw."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.connect_over_cdp(cdp_url, timeout=60_000)
+        page = browser.contexts[0].pages[0]
+        page.set_default_timeout(180_000)
+        page.goto(f"{portal}/")
+        logged_in = page.get_by_text("Open invoices").count() > 0
+        if mark:
+            page.evaluate(f"document.cookie = 'fork={mark}; path=/'")
+        cookies = page.evaluate("document.cookie")
+        browser.close()
+    return {"logged_in": logged_in, "cookies": cookies}
+
+
+def test_forks_of_a_saved_logged_in_vm_start_logged_in_and_are_independent(
+    backend: MicroVMBackend, proxy: EgressProxy, portal: str, tmp_path: Path
+) -> None:
+    state = tmp_path / "template.state"
+    bake(backend, proxy, portal, state)
+    forks = [
+        backend.create(
+            SandboxSpec(run_key=f"vm-fork-{i}", proxy_url=proxy.url, ttl_seconds=600,
+                        restore_from=str(state))
+        )
+        for i in range(2)
+    ]  # fmt: skip
+    try:
+        assert [f.details["start"] for f in forks] == ["session template fork"] * 2
+        seen: dict[int, dict[str, Any]] = {}
+
+        def visit(i: int) -> None:
+            seen[i] = start_and_mark(forks[i].cdp_url, portal, "first" if i == 0 else None)
+
+        threads = [threading.Thread(target=visit, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        # The second looks again after the first set its cookie.
+        seen[1] = start_and_mark(forks[1].cdp_url, portal, None)
+    finally:
+        for fork in forks:
+            backend.destroy(fork)
+
+    assert seen[0]["logged_in"]
+    assert seen[1]["logged_in"]
+    assert "fork=first" in seen[0]["cookies"]
+    assert "fork=first" not in seen[1]["cookies"]
+
+
+def test_a_fork_of_a_template_whose_portal_session_ended_wakes_up_logged_out(
+    backend: MicroVMBackend,
+    proxy: EgressProxy,
+    portal: str,
+    portal_server: PortalServer,
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "stale.state"
+    bake(backend, proxy, portal, state)
+    portal_server.state.close_all_sessions()
+
+    fork = backend.create(
+        SandboxSpec(run_key="vm-stale-fork", proxy_url=proxy.url, ttl_seconds=600,
+                    restore_from=str(state))
+    )  # fmt: skip
+    try:
+        seen = start_and_mark(fork.cdp_url, portal, None)
+    finally:
+        backend.destroy(fork)
+    # What the runner's logged-in check then sees (and fails the run with "stale — re-bake").
+    assert not seen["logged_in"]
+
+
+def test_the_warm_pool_hands_each_restored_vm_to_one_run_only(
+    guest_image: GuestImage, sandbox_root: Path, proxy: EgressProxy
+) -> None:
+    backend = MicroVMBackend(sandbox_root, pool_size=1)
+    pool = backend._pool(guest_image, (1280, 900))
+
+    def idle() -> list[str]:
+        return [vm.workdir.name for vm in pool._idle]
+
+    try:
+        pool.take()  # asks the pool to fill
+        end = time.monotonic() + 120
+        while not idle() and time.monotonic() < end:
+            time.sleep(0.5)
+        waiting = idle()
+        assert len(waiting) == 1
+        # Until a run claims it, the VM has no relay: nothing it sends goes anywhere.
+        assert not (sandbox_root / waiting[0] / "proxy.sock").exists()
+
+        sandbox = backend.create(
+            SandboxSpec(run_key="vm-pooled", proxy_url=proxy.url, ttl_seconds=60)
+        )
+        try:
+            assert sandbox.details["start"] == "warm pool"
+            assert Path(sandbox.workdir).name == waiting[0]
+            assert (Path(sandbox.workdir) / "proxy.sock").exists()
+        finally:
+            backend.destroy(sandbox)
+        assert qemu_processes(sandbox.workdir) == []
+
+        end = time.monotonic() + 120
+        while not idle() and time.monotonic() < end:
+            time.sleep(0.5)
+        assert idle()
+        assert idle() != waiting  # a fresh VM, never the used one
+    finally:
+        pool.close()
+    assert not any(sandbox_root.iterdir())
