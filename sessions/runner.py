@@ -809,7 +809,16 @@ class Runner:
         directory = self.plan.artifacts_dir
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / _safe_filename(download.suggested_filename or name)
-        download.save_as(path)
+        try:
+            download.save_as(path)
+        except PlaywrightError as exc:
+            if "ENOENT" not in str(exc):
+                raise
+            # Playwright reads downloads from its own filesystem; a microVM keeps them inside.
+            raise StepFailed(
+                "the browser saved the file where the runner cannot read it: this sandbox "
+                "(a microVM) keeps downloads inside the VM, which is not supported yet"
+            ) from exc
         digest = hashlib.sha256()
         with path.open("rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 16), b""):
