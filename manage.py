@@ -7,6 +7,10 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pandaweb.settings")
+    from pandaweb.localfiles import ensure_local_files
+
+    # The embedded default's keys are made here, by an entry point; the settings only read them.
+    ensure_local_files()
     from django.conf import settings
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line

@@ -8,21 +8,21 @@ from django.contrib.auth import get_user_model
 from django.template.loader import render_to_string
 
 from approvals.events import PENDING_GROUP, PendingChanged
-from approvals.selectors import approval_pending_count
-from pandaweb.core.permissions import user_can
-from pandaweb.core.roles import Capability
+from approvals.selectors import needs_badge
 
 
 class NavigationConsumer(AsyncWebsocketConsumer):
-    """Keeps the navigation's pending-approvals badge live for people who may see approvals."""
+    """Keeps the navigation's badge live: the pending approvals for people who see the queue,
+    and the questions runs ask this person (anyone who watches runs may be asked)."""
 
     async def connect(self) -> None:
-        if not await self._may_see_approvals():
+        html = await self._badge()
+        if html is None:
             await self.close()
             return
         await self.channel_layer.group_add(PENDING_GROUP, self.channel_name)
         await self.accept()
-        await self._send_badge()
+        await self.send(text_data=html)
 
     async def disconnect(self, code: int) -> None:
         await self.channel_layer.group_discard(PENDING_GROUP, self.channel_name)
@@ -32,27 +32,29 @@ class NavigationConsumer(AsyncWebsocketConsumer):
         return
 
     async def approvals_pending_changed(self, event: PendingChanged) -> None:
-        # Roles can change while a tab stays open: re-check on every message.
-        if not await self._may_see_approvals():
-            await self.close()
-            return
+        # Questions and approvals both announce themselves here; the message carries no count.
         await self._send_badge()
 
     async def _send_badge(self) -> None:
-        html = await database_sync_to_async(self._render_badge)()
+        # Roles can change while a tab stays open: re-checked on every message.
+        html = await self._badge()
+        if html is None:
+            await self.close()
+            return
         await self.send(text_data=html)
 
-    def _render_badge(self) -> str:
-        return render_to_string(
-            "approvals/partials/_badge.html",
-            {"approvals_pending_count": approval_pending_count(), "oob": True},
-        )
-
     @database_sync_to_async
-    def _may_see_approvals(self) -> bool:
+    def _badge(self) -> str | None:
+        """The badge for this person now, or None when they may see neither approvals nor
+        runs."""
         scope_user: Any = self.scope.get("user")
         if scope_user is None or not scope_user.is_authenticated:
-            return False
+            return None
         # A fresh copy: the scope's user object caches its permissions from the handshake.
         user = get_user_model().objects.filter(pk=scope_user.pk).first()
-        return user is not None and user_can(user, Capability.VIEW_APPROVALS)
+        if user is None:
+            return None
+        badge = needs_badge(user)
+        if not badge.on:
+            return None
+        return render_to_string("approvals/partials/_badge.html", {"badge": badge, "oob": True})

@@ -1,20 +1,98 @@
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db.models import QuerySet
 from django.http import Http404
+from django.utils import timezone
 
-from approvals.models import ApprovalDecision, ApprovalRequest
+from approvals.models import (
+    ApprovalComment,
+    ApprovalDecision,
+    ApprovalRequest,
+    Question,
+    ReviewerAbsence,
+)
+from pandaweb.audit.models import AuditEvent
+from pandaweb.core.permissions import user_can
+from pandaweb.core.roles import Capability
 from sessions.models import Run, StepResult
 from workflows.models import Workflow
 
 QUEUE_LIMIT = 200
 
 
+def _questions_waiting_for(user: Any) -> QuerySet[Question]:
+    """Pending questions this person may answer: of their own runs, or asked of a group they
+    are in (the rule of ``questions.question_refusal``, as a query)."""
+    from django.db.models import Q
+
+    if not user.is_authenticated or not user.is_active:
+        return Question.objects.none()
+    groups = user.groups.values("name")  # a subquery: one query for the whole count
+    mine = Q(answered_by="launcher", run__launched_by=user) | Q(answered_by__in=groups)
+    return Question.objects.filter(mine, status=Question.Status.PENDING)
+
+
+def questions_for(user: Any, *, limit: int = 50) -> list[Question]:
+    """Pending questions this person may answer, soonest to expire first."""
+    return list(
+        _questions_waiting_for(user)
+        .select_related("run__workflow", "run__launched_by")
+        .order_by("expires_at", "pk")[:limit]
+    )
+
+
+def question_count_for(user: Any) -> int:
+    """How many questions wait for this person's answer (the navigation badge, the home page)."""
+    return _questions_waiting_for(user).count()
+
+
+def question_run_id(question_id: int) -> int:
+    """The run of a question (404 when there is none); its page decides who sees it."""
+    found = Question.objects.filter(pk=question_id).values_list("run_id", flat=True).first()
+    if found is None:
+        raise Http404("no such question")
+    return found
+
+
+def question_pending(run: Run) -> Question | None:
+    return run.questions.filter(status=Question.Status.PENDING).order_by("-pk").first()
+
+
 def approval_pending_count() -> int:
     return ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING).count()
+
+
+@dataclass(frozen=True)
+class NeedsBadge:
+    """The navigation's badge: what waits for this person. On the Approvals item for people
+    who see the queue (its pending requests and the questions for them); on the Runs item for
+    the others, who may still be asked (the launcher of a run, a member of a group)."""
+
+    on: str  # the navigation item it sits on: "approvals", "runs" or "" (no badge)
+    approvals: int
+    questions: int
+
+    @property
+    def total(self) -> int:
+        return self.approvals + self.questions
+
+
+def needs_badge(user: Any) -> NeedsBadge:
+    """The badge of ``user`` now: one query per number, none for what they may not see."""
+    sees_approvals = user_can(user, Capability.VIEW_APPROVALS)
+    sees_runs = user_can(user, Capability.VIEW_RUNS)
+    if not (sees_approvals or sees_runs):
+        return NeedsBadge(on="", approvals=0, questions=0)
+    return NeedsBadge(
+        on="approvals" if sees_approvals else "runs",
+        approvals=approval_pending_count() if sees_approvals else 0,
+        # Answering on the run page needs to watch runs: without it nobody is asked.
+        questions=question_count_for(user) if sees_runs else 0,
+    )
 
 
 def approval_queue(
@@ -50,6 +128,16 @@ def approval_get(approval_id: int) -> ApprovalRequest:
         ).get(pk=approval_id)
     except ApprovalRequest.DoesNotExist:
         raise Http404("no such approval request") from None
+
+
+def approval_visible_to(user: Any, approval: ApprovalRequest) -> bool:
+    """Whether ``user`` may open the request: people who see the queue, and the person who
+    launched its run (to follow their own run, never to decide it)."""
+    if user_can(user, Capability.VIEW_APPROVALS):
+        return True
+    run = approval.run
+    own = run is not None and run.launched_by_id == user.pk
+    return own and user_can(user, Capability.VIEW_RUNS)
 
 
 def approval_decisions(approval: ApprovalRequest) -> QuerySet[ApprovalDecision]:
@@ -160,3 +248,148 @@ def approval_values(approval: ApprovalRequest) -> EvidenceValues:
         inputs=[replace(s, used=(s.kind, s.name) in used) for s in inputs],
         outputs=[replace(s, used=(s.kind, s.name) in used) for s in outputs],
     )
+
+
+def approval_decidable_by(user: Any) -> QuerySet[ApprovalRequest]:
+    """Pending requests ``user`` may decide, oldest first: the same rules as
+    ``approvals.services.approval_refusal`` (reviewer group or admin, not the launcher, not the
+    version's author unless the workflow lets authors approve), as one query."""
+    from django.db.models import Q
+
+    from pandaweb.core.permissions import user_can
+    from pandaweb.core.roles import Capability, Role
+
+    requests = ApprovalRequest.objects.select_related(
+        "run__workflow", "run__version", "run__launched_by"
+    ).filter(status=ApprovalRequest.Status.PENDING)
+    if not user_can(user, Capability.DECIDE_APPROVALS):
+        return requests.none()
+    groups = set(user.groups.values_list("name", flat=True))
+    if not (user.is_superuser or Role.ADMINS.value in groups):
+        requests = requests.filter(reviewer_group__in=groups)
+    return (
+        requests.exclude(run__launched_by=user)
+        .exclude(Q(run__version__author=user) & Q(author_may_approve=False))
+        .order_by("created_at", "pk")
+    )
+
+
+def approval_target_crop(approval: ApprovalRequest) -> str:
+    """The run-relative path of the close-up of the target, cut once from the outlined picture
+    and kept beside it; "" when there is no box or no picture."""
+    from sessions.services.runstate import run_files_dir
+
+    box = ((approval.evidence or {}).get("target") or {}).get("box")
+    if not box or not approval.outlined or not box.get("width") or not box.get("height"):
+        return ""
+    root = run_files_dir(approval.run_id)
+    outlined = root / approval.outlined
+    cropped = outlined.with_name(outlined.name.removesuffix(".outlined.png") + ".target.png")
+    if not cropped.is_file():
+        if not outlined.is_file():
+            return ""
+        from approvals.crop import crop_around
+
+        # Written to a temporary name and renamed, so two viewers never serve half a file.
+        partial = cropped.with_suffix(f".{uuid.uuid4().hex}.part")
+        partial.write_bytes(crop_around(outlined.read_bytes(), box))
+        partial.replace(cropped)
+    return str(cropped.relative_to(root))
+
+
+def approval_comments(approval: ApprovalRequest) -> QuerySet[ApprovalComment]:
+    return approval.comments.select_related("author").order_by("created_at", "pk")
+
+
+def approval_absent_today(user_ids: list[int]) -> set[int]:
+    """Which of these people are out of office today."""
+    today = timezone.localdate()
+    return set(
+        ReviewerAbsence.objects.filter(
+            user_id__in=user_ids, away_from__lte=today, away_until__gte=today
+        ).values_list("user_id", flat=True)
+    )
+
+
+def approval_handover_choices(approval: ApprovalRequest) -> tuple[list[Any], list[str]]:
+    """People who may decide this request and groups that decide approvals: whom it can be
+    handed to (the service checks again)."""
+    from django.contrib.auth.models import Group, User
+
+    from approvals.services import approval_refusal
+
+    candidates = (
+        User.objects.filter(
+            is_active=True,
+            groups__permissions__codename=Capability.DECIDE_APPROVALS.value,
+        )
+        .distinct()
+        .order_by("username")
+    )
+    people = [u for u in candidates if approval_refusal(u, approval) is None]
+    groups = list(
+        Group.objects.filter(permissions__codename=Capability.DECIDE_APPROVALS.value)
+        .order_by("name")
+        .values_list("name", flat=True)
+    )
+    return people, groups
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One line of a request's history on its decision page: a comment or an audited change."""
+
+    at: Any
+    kind: str  # "comment" or the audit action without its "approval." prefix
+    who: str
+    text: str
+    body: str = ""
+
+
+def _history_text(event: AuditEvent) -> tuple[str, str]:
+    after = event.after or {}
+    action = event.action.removeprefix("approval.")
+    if action == "requested":
+        return "The run asked for this approval.", ""
+    if action == "reminded":
+        return "A reminder went to the reviewers: it expires soon.", ""
+    if action == "escalated":
+        return f"Escalated to {after.get('group')}, who may decide it now.", ""
+    if action == "reassigned":
+        to = after.get("assignee") or after.get("group")
+        return f"handed it to {to}.", str(after.get("note") or "")
+    if action == "decided":
+        verb = "approved" if after.get("verdict") == "approve" else "rejected"
+        return f"{verb}.", str(after.get("reason") or "")
+    if action == "expired":
+        return "Expired undecided.", ""
+    if action == "voided":
+        return "Voided.", str(after.get("reason") or "")
+    return action.replace("_", " ").capitalize() + ".", ""
+
+
+def approval_history(approval: ApprovalRequest) -> list[HistoryEntry]:
+    """The request's comments and audited changes (asked, reminded, escalated, handed over,
+    decided, closed), oldest first."""
+    entries = [
+        HistoryEntry(
+            at=c.created_at, kind="comment", who=c.author.get_username(), text="", body=c.body
+        )
+        for c in approval_comments(approval)
+    ]
+    events = AuditEvent.objects.filter(
+        approval_id=approval.pk, action__startswith="approval."
+    ).exclude(action="approval.commented")
+    for event in events.order_by("sequence"):
+        text, body = _history_text(event)
+        who = event.actor_label if event.actor_kind == AuditEvent.ActorKind.USER else ""
+        entries.append(
+            HistoryEntry(
+                at=event.occurred_at,
+                kind=event.action.removeprefix("approval."),
+                who=who,
+                text=text,
+                body=body,
+            )
+        )
+    return sorted(entries, key=lambda e: e.at)

@@ -13,19 +13,18 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from celery.utils.nodenames import worker_direct
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
 from approvals.events import publish_pending_changed
-from approvals.models import ApprovalDecision, ApprovalRequest
+from approvals.models import ApprovalComment, ApprovalDecision, ApprovalRequest, ReviewerAbsence
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability, Role
+from pandaweb.webhooks.services import outbox_record_approval
 from sessions.models import Run
 
 logger = logging.getLogger(__name__)
@@ -48,10 +47,10 @@ def approval_open(*, run: Run, gate: Any, previous: ApprovalRequest | None) -> A
     """Freeze the evidence of a gate into a pending request (inside the caller's transaction,
     with ``run`` locked). ``previous`` is the approved request whose page changed since."""
     from sessions import observation as observing
-    from sessions.services import run_files_dir
+    from sessions.services.runstate import run_files_dir
 
     document = run.version.document or {}
-    policy = document.get("settings", {}).get("approval", {})
+    policy = run.version.settings_model.approval
     evidence = gate.evidence
     directory = run_files_dir(run.pk) / "approvals"
     directory.mkdir(parents=True, exist_ok=True)
@@ -82,16 +81,20 @@ def approval_open(*, run: Run, gate: Any, previous: ApprovalRequest | None) -> A
         evidence_sha256=evidence_hash(sealed),
         screenshot=str(screenshot_path.relative_to(run_files_dir(run.pk))),
         outlined=str(outlined_path.relative_to(run_files_dir(run.pk))),
-        quorum=int(policy.get("quorum", 1)),
-        author_may_approve=bool(policy.get("author_may_approve", False)),
+        quorum=policy.quorum,
+        author_may_approve=policy.author_may_approve,
         reviewer_group=document.get("reviewer_group", Role.REVIEWERS.value),
-        expires_at=timezone.now() + timedelta(minutes=int(policy.get("expiry_minutes", 60))),
+        remind_before_minutes=policy.remind_before_minutes,
+        escalate_after_minutes=policy.escalate_after_minutes,
+        escalation_group=policy.escalation_group,
+        expires_at=timezone.now() + timedelta(minutes=policy.expiry_minutes),
         previous=previous,
     )
     if previous is not None:
         previous.status = A.VOIDED
         previous.reason = "the page changed since approval: " + "; ".join(gate.changes)
         previous.save(update_fields=["status", "reason"])
+        _cards_changed(previous)
     audit_record(
         action="approval.requested",
         object_type="approval",
@@ -107,8 +110,14 @@ def approval_open(*, run: Run, gate: Any, previous: ApprovalRequest | None) -> A
         run_id=run.pk,
         approval_id=approval.pk,
     )
+    outbox_record_approval(approval=approval)
     publish_pending_changed()
     _notify_reviewers(approval)
+    if settings.SLACK_BOT_TOKEN and policy.slack_channel:
+        from approvals.tasks import slack_card_post_task
+        from pandaweb.core.dispatch import dispatch
+
+        dispatch(slack_card_post_task, approval_id=approval.pk, channel=policy.slack_channel)
     return approval
 
 
@@ -118,30 +127,63 @@ def evidence_hash(evidence: dict[str, Any]) -> str:
 
 
 def _notify_reviewers(approval: ApprovalRequest) -> None:
-    recipients = sorted(
-        {
-            email
-            for email in User.objects.filter(
-                groups__name__in=[approval.reviewer_group, Role.ADMINS.value], is_active=True
-            ).values_list("email", flat=True)
-            if email
-        }
-    )
-    if not recipients:
-        return
     run = approval.run
-    subject = f"Approval needed: {run.workflow.name} (run #{run.pk})"
-    body = (
-        f"{approval.action}\n\nRequested by run #{run.pk}, launched by "
+    approval_notify(
+        approval=approval,
+        users=_recipients(approval, groups=[approval.reviewer_group, Role.ADMINS.value]),
+        subject=f"Approval needed: {run.workflow.name} (run #{run.pk})",
+        body=_mail_body(approval),
+    )
+
+
+def _mail_body(approval: ApprovalRequest, lead: str = "") -> str:
+    run = approval.run
+    return (
+        f"{lead}{approval.action}\n\nRequested by run #{run.pk}, launched by "
         f"{run.launched_by.get_username()}.\nDecide before {approval.expires_at:%Y-%m-%d %H:%M} "
         f"UTC: {settings.PANDAWEB_BASE_URL}/approvals/{approval.pk}/\n"
     )
 
+
+def _recipients(
+    approval: ApprovalRequest, *, groups: list[str], people: list[User] | None = None
+) -> list[User]:
+    """Active members of ``groups`` and ``people``, less those out of office today and those
+    who already decided. Absence silences notifications only; it never changes who may decide."""
+    from approvals.selectors import approval_absent_today
+
+    decided = set(approval.decisions.values_list("reviewer_id", flat=True))
+    members = User.objects.filter(groups__name__in=groups, is_active=True)
+    found = {u.pk: u for u in members}
+    found.update({u.pk: u for u in people or [] if u.is_active})
+    away = approval_absent_today(list(found))
+    return [u for pk, u in sorted(found.items()) if pk not in away and pk not in decided]
+
+
+def approval_notify(
+    *, approval: ApprovalRequest, users: list[User], subject: str, body: str
+) -> None:
+    """Tell ``users`` about ``approval`` once the caller's transaction commits, each through the
+    channels they chose (pandaweb.reviewers.notify: e-mail, Slack, browser push, quiet hours).
+
+    The one place approval messages leave pandaweb. A delivery failure is logged by ``notify``
+    and never undoes the change it announces.
+    """
+    from pandaweb.reviewers.notify import ApprovalEvent, notify
+
+    if not users:
+        return
+    event = ApprovalEvent(
+        kind="approval.requested",
+        approval_id=approval.pk,
+        title=subject,
+        body=body,
+        url=f"{settings.PANDAWEB_BASE_URL}/approvals/{approval.pk}/",
+    )
+
     def send() -> None:
-        try:
-            send_mail(subject, body, None, recipients)
-        except Exception:  # a mail outage must not undo the gate
-            logger.exception("could not e-mail reviewers about approval %s", approval.pk)
+        for user in users:
+            notify(user, event)
 
     transaction.on_commit(send)
 
@@ -152,13 +194,18 @@ def _notify_reviewers(approval: ApprovalRequest) -> None:
 def approval_refusal(user: User, approval: ApprovalRequest) -> str | None:
     """Why ``user`` may not decide ``approval`` (None when they may)."""
     run = approval.run
+    # First: it is the most useful answer for a launcher watching their own run's request.
+    if run.launched_by_id == user.pk:
+        return "you launched this run: someone else has to approve it"
     if not user_can(user, Capability.DECIDE_APPROVALS):
         return "you are not allowed to decide approvals"
     admin = user.is_superuser or user.groups.filter(name=Role.ADMINS.value).exists()
-    if not admin and not user.groups.filter(name=approval.reviewer_group).exists():
-        return f"only members of {approval.reviewer_group} decide this workflow's approvals"
-    if run.launched_by_id == user.pk:
-        return "you launched this run: someone else has to approve it"
+    # An escalated request may also be decided by the group it was escalated to.
+    deciders = [approval.reviewer_group]
+    if approval.escalated_at and approval.escalation_group:
+        deciders.append(approval.escalation_group)
+    if not admin and not user.groups.filter(name__in=deciders).exists():
+        return f"only members of {' or '.join(deciders)} decide this workflow's approvals"
     if run.version.author_id == user.pk and not approval.author_may_approve:
         return "you wrote this version of the workflow, which does not let its author approve"
     return None
@@ -171,11 +218,14 @@ def approval_decide(
     approve: bool,
     reason: str = "",
     evidence_sha256: str,
+    passkey_assertion: str = "",
 ) -> ApprovalRequest:
     """Record one reviewer's verdict; the request closes at quorum or at the first rejection.
 
     ``evidence_sha256`` is the hash of the evidence the reviewer was shown: a verdict on other
-    evidence is refused. A reviewer's second verdict on the same request changes nothing.
+    evidence is refused. Where the workflow asks for a passkey, ``passkey_assertion`` (the
+    browser's WebAuthn answer, JSON) must verify against a challenge issued for this request's
+    evidence. A reviewer's second verdict on the same request changes nothing.
     """
     reason = reason.strip()
     if not approve and not reason:
@@ -183,10 +233,10 @@ def approval_decide(
             "a rejection needs a reason", {"reason": ["Say why you reject this action."]}
         )
     run_id = ApprovalRequest.objects.values_list("run_id", flat=True).get(pk=approval_id)
-    continue_on: dict[str, Any] | None = None
+    approved = False
     destroy: dict[str, Any] | None = None
     with transaction.atomic():
-        from sessions.services import lock_run
+        from sessions.services.runstate import lock_run
 
         run = lock_run(run_id)
         approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
@@ -205,6 +255,7 @@ def approval_decide(
         elif approval.decisions.filter(reviewer=user).exists():
             return approval  # a double click: the first one counted
         else:
+            passkey = _step_up(approval, user, passkey_assertion)
             ApprovalDecision.objects.create(
                 request=approval,
                 reviewer=user,
@@ -226,36 +277,64 @@ def approval_decide(
                     "evidence_sha256": approval.evidence_sha256,
                     "approvals": approvals,
                     "quorum": approval.quorum,
+                    **({"passkey": passkey} if passkey else {}),
                 },
                 run_id=run.pk,
                 approval_id=approval.pk,
             )
+            _cards_changed(approval)
             if not approve:
                 destroy = _close_run(
                     run, approval, A.REJECTED, reason=f"rejected by {user.get_username()}: {reason}"
                 )
             elif approvals >= approval.quorum:
-                continue_on = _approve(run, approval)
-        if destroy is None and continue_on is None and not expired_now:
+                _approve(run, approval)
+                approved = True
+        if destroy is None and not approved and not expired_now:
             return approval
     if destroy:
-        from sessions.services import destroy_sandbox
+        from sessions.services.runstate import destroy_sandbox
 
         destroy_sandbox(destroy)
     if expired_now:
         raise ApprovalRefused("this request is already expired")
-    if continue_on is not None:
-        _dispatch_continuation(run.pk, approval.pk, continue_on)
     return approval
 
 
-def _approve(run: Run, approval: ApprovalRequest) -> dict[str, Any]:
-    from sessions.services import transition
+def _step_up(approval: ApprovalRequest, user: User, assertion: str) -> str:
+    """The passkey step-up where the workflow asks for it: the name of the passkey that
+    confirmed the verdict ("" when none is needed)."""
+    from approvals import passkeys
 
+    if not passkeys.passkey_required(approval):
+        return ""
+    try:
+        return passkeys.step_up_verify(approval=approval, user=user, assertion=assertion).name
+    except passkeys.StepUpRefused as refused:
+        raise ApprovalRefused(str(refused)) from None
+
+
+def _cards_changed(approval: ApprovalRequest) -> None:
+    """Bring the request's chat cards up to date once this transaction commits."""
+    if not settings.SLACK_BOT_TOKEN:
+        return
+    from approvals.tasks import slack_cards_update_task
+    from pandaweb.core.dispatch import dispatch
+
+    dispatch(slack_cards_update_task, approval_id=approval.pk)
+
+
+def _approve(run: Run, approval: ApprovalRequest) -> None:
+    from sessions.services.runstate import transition
+
+    # Sent first once this commits (on-commit work runs in order): the reviewer waits for the
+    # action, the dashboards' refresh can follow it.
+    dispatch_continuation(run.pk, approval.pk, host=str((run.sandbox or {}).get("host") or ""))
     now = timezone.now()
     approval.status = A.APPROVED
     approval.decided_at = now
     approval.save(update_fields=["status", "decided_at"])
+    outbox_record_approval(approval=approval)
     waited = now - approval.created_at
     transition(
         run,
@@ -265,30 +344,32 @@ def _approve(run: Run, approval: ApprovalRequest) -> dict[str, Any]:
         deadline_at=(run.deadline_at + waited) if run.deadline_at else None,
     )
     publish_pending_changed()
-    return dict((run.sandbox or {}).get("owner") or {})
 
 
-def _dispatch_continuation(run_id: int, approval_id: int, owner: dict[str, Any]) -> None:
-    from pandaweb.core.dispatch import dispatch
-    from sessions.tasks import run_continue_task
+def dispatch_continuation(run_id: int, approval_id: int, *, host: str | None = None) -> None:
+    """Queue the continuation of an approved run for any worker of its sandbox's host (the
+    browser and its egress supervisor are processes there; in the embedded default, this
+    process's pool). Sending it twice is harmless: it runs once per approval."""
+    from pandaweb.core.dispatch import dispatch, task_named
+    from sessions.services.runstate import host_queue
 
-    node = owner.get("node")
-    # The continuation must reach the process that holds the browser's proxy: that Celery node's
-    # own queue, or this process's pool in the embedded default (node is empty there).
-    queue = worker_direct(node).name if node else None
-    dispatch(run_continue_task, queue=queue, run_id=run_id, approval_id=approval_id)
+    if host is None:
+        host = str((Run.objects.get(pk=run_id).sandbox or {}).get("host") or "")
+    queue = host_queue(host) if host else None
+    dispatch(task_named("runs.continue"), queue=queue, run_id=run_id, approval_id=approval_id)
 
 
 def _close_run(
     run: Run, approval: ApprovalRequest, status: str, *, reason: str
 ) -> dict[str, Any] | None:
     """End a waiting run with its request (rejected or expired); returns the sandbox to destroy."""
-    from sessions.services import transition
+    from sessions.services.runstate import transition
 
     approval.status = status
     approval.decided_at = timezone.now()
     approval.reason = reason
     approval.save(update_fields=["status", "decided_at", "reason"])
+    outbox_record_approval(approval=approval)
     sandbox = run.sandbox
     if run.status == Run.Status.AWAITING_APPROVAL:
         transition(run, Run.Status.CANCELLED, reason=reason, sandbox=None)
@@ -306,13 +387,14 @@ def _expire(run: Run, approval: ApprovalRequest) -> dict[str, Any] | None:
         run_id=run.pk,
         approval_id=approval.pk,
     )
+    _cards_changed(approval)
     return sandbox
 
 
 def approval_expire_due() -> list[int]:
     """Expire every pending request past its deadline: the run is cancelled, its browser
     destroyed. Fails closed: nothing ever continues on its own."""
-    from sessions.services import destroy_sandbox, lock_run
+    from sessions.services.runstate import destroy_sandbox, lock_run
 
     expired = []
     due = ApprovalRequest.objects.filter(status=A.PENDING, expires_at__lte=timezone.now())
@@ -330,8 +412,11 @@ def approval_expire_due() -> list[int]:
 
 
 def approval_void_pending(*, run: Run, reason: str) -> None:
-    """Void the pending request of a run that stops waiting for another reason (inside the
-    caller's transaction, ``run`` locked)."""
+    """Void the pending request (and open question) of a run that stops waiting for another
+    reason (inside the caller's transaction, ``run`` locked)."""
+    from approvals.questions import question_void_pending
+
+    question_void_pending(run=run, reason=reason)
     for approval in ApprovalRequest.objects.select_for_update().filter(run=run, status=A.PENDING):
         approval.status = A.VOIDED
         approval.decided_at = timezone.now()
@@ -346,3 +431,268 @@ def approval_void_pending(*, run: Run, reason: str) -> None:
             approval_id=approval.pk,
         )
         publish_pending_changed()
+        _cards_changed(approval)
+
+
+# Hand-over: reminders, escalation, reassignment, comments, absence ---------------------------
+
+
+def _lock(approval_id: int) -> tuple[Run, ApprovalRequest]:
+    """The run, then the request, locked in the order every approval write uses."""
+    from sessions.services.runstate import lock_run
+
+    run_id = ApprovalRequest.objects.values_list("run_id", flat=True).get(pk=approval_id)
+    run = lock_run(run_id)
+    return run, ApprovalRequest.objects.select_for_update().get(pk=approval_id)
+
+
+def _mark_sent(approval: ApprovalRequest, column: str, now: Any) -> bool:
+    """Claim a once-only message: set ``column`` only where it is still empty and the request
+    still pending. False when another housekeeping pass got there first."""
+    claimed = ApprovalRequest.objects.filter(
+        pk=approval.pk, status=A.PENDING, **{f"{column}__isnull": True}
+    ).update(**{column: now})
+    setattr(approval, column, now)
+    return claimed == 1
+
+
+def approval_remind_due() -> list[int]:
+    """Remind the reviewers of each pending request ``remind_before_minutes`` before it
+    expires. Idempotent: each request is reminded at most once, whatever passes run."""
+    now = timezone.now()
+    due = ApprovalRequest.objects.filter(
+        status=A.PENDING, reminded_at__isnull=True, remind_before_minutes__gt=0, expires_at__gt=now
+    ).values_list("pk", "expires_at", "remind_before_minutes")
+    reminded = []
+    for approval_id, expires_at, before in due:
+        if expires_at - timedelta(minutes=before) > now:
+            continue
+        with transaction.atomic():
+            run, approval = _lock(approval_id)
+            if not _mark_sent(approval, "reminded_at", now):
+                continue
+            audit_record(
+                action="approval.reminded",
+                object_type="approval",
+                object_id=approval.pk,
+                after={"expires_at": approval.expires_at.isoformat()},
+                run_id=run.pk,
+                approval_id=approval.pk,
+            )
+            groups = [approval.reviewer_group, Role.ADMINS.value]
+            if approval.escalated_at and approval.escalation_group:
+                groups.append(approval.escalation_group)
+            people = [approval.assignee] if approval.assignee else []
+            approval_notify(
+                approval=approval,
+                users=_recipients(approval, groups=groups, people=people),
+                subject=f"Reminder, approval expires soon: {run.workflow.name} (run #{run.pk})",
+                body=_mail_body(approval, "Still waiting for a decision:\n\n"),
+            )
+        reminded.append(approval_id)
+    return reminded
+
+
+def approval_escalate_due() -> list[int]:
+    """Escalate each pending request undecided ``escalate_after_minutes`` after it was asked:
+    its ``escalation_group`` is told and may decide from now on. Idempotent: once per request."""
+    now = timezone.now()
+    due = (
+        ApprovalRequest.objects.filter(
+            status=A.PENDING, escalated_at__isnull=True, escalate_after_minutes__gt=0
+        )
+        .exclude(escalation_group="")
+        .values_list("pk", "created_at", "escalate_after_minutes")
+    )
+    escalated = []
+    for approval_id, created_at, after in due:
+        if created_at + timedelta(minutes=after) > now:
+            continue
+        with transaction.atomic():
+            run, approval = _lock(approval_id)
+            if not _mark_sent(approval, "escalated_at", now):
+                continue
+            audit_record(
+                action="approval.escalated",
+                object_type="approval",
+                object_id=approval.pk,
+                after={"group": approval.escalation_group, "after_minutes": after},
+                run_id=run.pk,
+                approval_id=approval.pk,
+            )
+            approval_notify(
+                approval=approval,
+                users=_recipients(approval, groups=[approval.escalation_group]),
+                subject=f"Approval escalated to {approval.escalation_group}: "
+                f"{run.workflow.name} (run #{run.pk})",
+                body=_mail_body(
+                    approval,
+                    f"Undecided for {after} minutes, so {approval.escalation_group} may decide "
+                    "it now:\n\n",
+                ),
+            )
+        escalated.append(approval_id)
+    return escalated
+
+
+def approval_housekeeping() -> dict[str, list[int]]:
+    """One housekeeping pass over pending requests: escalate, remind, then expire; and the
+    questions: remind those about to time out, expire those nobody answered in time."""
+    from approvals.questions import question_expire_due, question_remind_due
+
+    return {
+        "escalated": approval_escalate_due(),
+        "reminded": approval_remind_due(),
+        "expired": approval_expire_due(),
+        "questions_reminded": question_remind_due(),
+        "questions_expired": question_expire_due(),
+    }
+
+
+def _decider_group(name: str) -> bool:
+    """Whether the group ``name`` exists and its members may decide approvals."""
+    from django.contrib.auth.models import Group
+
+    return Group.objects.filter(
+        name=name, permissions__codename=Capability.DECIDE_APPROVALS.value
+    ).exists()
+
+
+def approval_reassign(
+    *,
+    approval_id: int,
+    user: User,
+    assignee: User | None = None,
+    group: str = "",
+    note: str = "",
+) -> ApprovalRequest:
+    """Hand a pending request to a person (who must be allowed to decide it) or to a group
+    (which must hold the capability to decide approvals); the new reviewers are told.
+
+    Only someone who may decide it hands it over. Not idempotent: each call is audited.
+    """
+    group = group.strip()
+    if (assignee is None) == (not group):
+        raise ApprovalRefused("hand the request to one person or one group")
+    with transaction.atomic():
+        run, approval = _lock(approval_id)
+        refusal = approval_refusal(user, approval)
+        if refusal:
+            raise ApprovalRefused(refusal)
+        if approval.status != A.PENDING:
+            raise ApprovalRefused(
+                f"this request is already {approval.get_status_display().lower()}"
+            )
+        before = {
+            "assignee": approval.assignee.get_username() if approval.assignee else None,
+            "group": approval.reviewer_group,
+        }
+        if assignee is not None:
+            refused = approval_refusal(assignee, approval)
+            if refused:
+                raise ApprovalRefused(
+                    f"{assignee.get_username()} cannot decide this request: {refused}"
+                )
+            approval.assignee = assignee
+            people, groups = [assignee], []
+        else:
+            if not _decider_group(group):
+                raise ApprovalRefused(f"{group} is not a group whose members decide approvals")
+            approval.reviewer_group = group
+            approval.assignee = None
+            people, groups = [], [group]
+        approval.save(update_fields=["assignee", "reviewer_group"])
+        audit_record(
+            action="approval.reassigned",
+            object_type="approval",
+            object_id=approval.pk,
+            actor=user,
+            before=before,
+            after={
+                "assignee": assignee.get_username() if assignee else None,
+                "group": approval.reviewer_group,
+                "note": note.strip(),
+            },
+            run_id=run.pk,
+            approval_id=approval.pk,
+        )
+        to = assignee.get_username() if assignee else group
+        approval_notify(
+            approval=approval,
+            users=[u for u in _recipients(approval, groups=groups, people=people) if u != user],
+            subject=f"Approval handed to {to}: {run.workflow.name} (run #{run.pk})",
+            body=_mail_body(
+                approval,
+                f"{user.get_username()} handed this request to {to}"
+                + (f": {note.strip()}" if note.strip() else ".")
+                + "\n\n",
+            ),
+        )
+    return approval
+
+
+def approval_comment(*, approval_id: int, user: User, body: str) -> ApprovalComment:
+    """Add a remark to a request for everyone who reviews it. A comment is never a verdict and
+    changes nothing about the request. Not idempotent: each call adds a comment."""
+    from approvals.selectors import approval_visible_to
+
+    body = body.strip()
+    if not body:
+        raise ApprovalRefused("a comment needs some text", {"body": ["Write your comment."]})
+    if len(body) > 4000:
+        raise ApprovalRefused("a comment is at most 4000 characters", {"body": ["Shorten it."]})
+    with transaction.atomic():
+        run, approval = _lock(approval_id)
+        if not approval_visible_to(user, approval):
+            raise ApprovalRefused("you are not allowed to see this request")
+        comment = ApprovalComment.objects.create(request=approval, author=user, body=body)
+        audit_record(
+            action="approval.commented",
+            object_type="approval",
+            object_id=approval.pk,
+            actor=user,
+            after={"comment_id": comment.pk, "body": body},
+            run_id=run.pk,
+            approval_id=approval.pk,
+        )
+    return comment
+
+
+def reviewer_absence_set(
+    *, user: User, away_from: Any | None, away_until: Any | None
+) -> ReviewerAbsence | None:
+    """Set (both dates) or clear (neither) ``user``'s out-of-office. Idempotent."""
+    if (away_from is None) != (away_until is None):
+        raise ApprovalRefused("give both dates, or neither to clear")
+    if away_from is not None and away_until is not None and away_until < away_from:
+        raise ApprovalRefused("the last day away comes before the first")
+    with transaction.atomic():
+        current = ReviewerAbsence.objects.select_for_update().filter(user=user).first()
+        before = (
+            {"from": current.away_from.isoformat(), "until": current.away_until.isoformat()}
+            if current
+            else None
+        )
+        if away_from is None:
+            if current:
+                current.delete()
+            absence = None
+        else:
+            absence, _ = ReviewerAbsence.objects.update_or_create(
+                user=user, defaults={"away_from": away_from, "away_until": away_until}
+            )
+        after = (
+            {"from": absence.away_from.isoformat(), "until": absence.away_until.isoformat()}
+            if absence
+            else None
+        )
+        if before != after:
+            audit_record(
+                action="reviewer.absence_set",
+                object_type="user",
+                object_id=user.pk,
+                actor=user,
+                before=before,
+                after=after,
+            )
+    return absence

@@ -3,19 +3,46 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpResponse, HttpResponseBadRequest
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import capfirst
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRefresh
 
 from approvals import selectors, services
-from approvals.models import ApprovalDecision, ApprovalRequest
+from approvals.forms import AwayForm
+from approvals.models import ApprovalDecision, ApprovalRequest, ReviewerAbsence
+from approvals.passkeys import passkey_required
 from pandaweb.core.http import AuthenticatedRequest
-from pandaweb.core.permissions import capability_required
+from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
 
 A = ApprovalRequest.Status
+
+
+@require_POST
+@capability_required(Capability.VIEW_RUNS)
+def question_answer(request: AuthenticatedRequest, question_id: int) -> HttpResponse:
+    """Answer a run's question from its page; back to the run page, with the refusal if any."""
+    from approvals.questions import QuestionRefused, question_answer
+
+    run_id = selectors.question_run_id(question_id)
+    try:
+        question_answer(
+            question_id=question_id, user=request.user, answer=request.POST.get("answer", "")
+        )
+    except QuestionRefused as exc:
+        messages.error(request, f"Your answer was not taken: {exc}.")
+    else:
+        messages.info(request, "Answer sent: the run goes on.")
+    if request.htmx:
+        return HttpResponseClientRefresh()
+    return redirect("runs:detail", run_id=run_id)
 
 
 @require_GET
@@ -30,15 +57,20 @@ def approval_index(request: AuthenticatedRequest) -> HttpResponse:
         "workflows": selectors.approval_queue_workflows(),
         "workflow": workflow,
         "status": status,
+        "questions": selectors.questions_for(request.user),
     }
     template = "approvals/index.html#queue" if request.htmx else "approvals/index.html"
     return render(request, template, context)
 
 
 @require_GET
-@capability_required(Capability.VIEW_APPROVALS)
+@capability_required(Capability.VIEW_RUNS)
 def approval_detail(request: AuthenticatedRequest, approval_id: int) -> HttpResponse:
+    """The decision page. The person who launched the run may watch the request of their own
+    run without seeing the queue: read-only, since the policy refuses their verdict anyway."""
     approval = selectors.approval_get(approval_id)
+    if not selectors.approval_visible_to(request.user, approval):
+        raise PermissionDenied("This page needs the capability 'view_approvals'.")
     return render(request, "approvals/detail.html", _detail_context(request, approval))
 
 
@@ -59,6 +91,7 @@ def approval_decide(request: AuthenticatedRequest, approval_id: int) -> HttpResp
             approve=approve,
             reason=reason,
             evidence_sha256=request.POST.get("evidence_sha256", ""),
+            passkey_assertion=request.POST.get("passkey_assertion", ""),
         )
     except services.ApprovalRefused as refused:
         error = _sentence(str(refused))
@@ -150,11 +183,110 @@ def _detail_context(
 ) -> dict[str, Any]:
     run = approval.run
     evidence = approval.evidence or {}
+    people, groups = (
+        selectors.approval_handover_choices(approval)
+        if (approval.status == A.PENDING and not services.approval_refusal(request.user, approval))
+        else ([], [])
+    )
     return {
         **_panel_context(request, approval, **panel),
+        "target_crop": selectors.approval_target_crop(approval),
+        "history": selectors.approval_history(approval),
+        "handover_people": [p for p in people if p.pk != request.user.pk],
+        "handover_groups": groups,
         "evidence": evidence,
         "target": evidence.get("target") or {},
         "observation": evidence.get("observation") or {},
         "values": selectors.approval_values(approval),
         "steps": selectors.approval_timeline(run),
+        "can_see_queue": user_can(request.user, Capability.VIEW_APPROVALS),
+        "passkey_required": passkey_required(approval),
     }
+
+
+@require_POST
+@capability_required(Capability.VIEW_RUNS)
+def approval_comment(request: AuthenticatedRequest, approval_id: int) -> HttpResponse:
+    """A remark for the other reviewers, shown in the request's timeline; never a verdict."""
+    approval = selectors.approval_get(approval_id)
+    if not selectors.approval_visible_to(request.user, approval):
+        raise PermissionDenied("This page needs the capability 'view_approvals'.")
+    try:
+        services.approval_comment(
+            approval_id=approval.pk, user=request.user, body=request.POST.get("body", "")
+        )
+    except services.ApprovalRefused as refused:
+        messages.error(request, f"Not recorded. {_sentence(str(refused))}")
+    else:
+        messages.success(request, "Your comment is added to the timeline.")
+    return redirect(reverse("approvals:detail", args=[approval.pk]) + "#comments")
+
+
+@require_POST
+@capability_required(Capability.DECIDE_APPROVALS)
+def approval_reassign(request: AuthenticatedRequest, approval_id: int) -> HttpResponse:
+    """Hand the request to one person or one group ("user:<id>" or "group:<name>")."""
+    approval = selectors.approval_get(approval_id)
+    to = request.POST.get("to", "")
+    kind, _, value = to.partition(":")
+    assignee = None
+    if kind == "user" and value.isdigit():
+        assignee = User.objects.filter(pk=int(value), is_active=True).first()
+    if (
+        (kind == "user" and assignee is None)
+        or (kind == "group" and not value)
+        or (kind not in ("user", "group"))
+    ):
+        messages.error(request, "Not handed over. Choose a person or a group.")
+        return redirect("approvals:detail", approval_id=approval.pk)
+    try:
+        services.approval_reassign(
+            approval_id=approval.pk,
+            user=request.user,
+            assignee=assignee,
+            group=value if kind == "group" else "",
+            note=request.POST.get("note", ""),
+        )
+    except services.ApprovalRefused as refused:
+        messages.error(request, f"Not handed over. {_sentence(str(refused))}")
+    else:
+        name = assignee.get_username() if assignee else value
+        messages.success(request, f"Handed over to {name}; they have been told.")
+    return redirect("approvals:detail", approval_id=approval.pk)
+
+
+@login_required
+def reviewer_profile(request: AuthenticatedRequest) -> HttpResponse:
+    """The signed-in person's page: their roles, their out-of-office, and how pandaweb reaches them
+    (Slack, passkeys, notifications: pandaweb.reviewers)."""
+    current = ReviewerAbsence.objects.filter(user=request.user).first()
+    initial = {"away_from": current.away_from, "away_until": current.away_until} if current else {}
+    form = AwayForm(request.POST or None, initial=initial)
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                absence = services.reviewer_absence_set(
+                    user=request.user,
+                    away_from=form.cleaned_data["away_from"],
+                    away_until=form.cleaned_data["away_until"],
+                )
+            except services.ApprovalRefused as refused:
+                form.add_error(None, _sentence(str(refused)))
+            else:
+                messages.success(
+                    request,
+                    f"Out of office from {absence.away_from:%Y-%m-%d} to "
+                    f"{absence.away_until:%Y-%m-%d}: no approval notifications then."
+                    if absence
+                    else "You are not marked out of office.",
+                )
+                return redirect("profile")
+    elif request.method != "GET":
+        return HttpResponseNotAllowed(["GET", "POST"])
+    from pandaweb.reviewers.views import profile_context
+
+    return render(
+        request,
+        "reviewers/profile.html",
+        {"form": form, "absence": current, **profile_context(request.user)},
+    )

@@ -2,14 +2,17 @@
 
 The demo portal on a free loopback port (optionally slowed down), the demo workflow pointed at
 it, the production persistence path (Django on a throw-away SQLite database), a local sandbox
-behind the run's egress proxy, and the bare-Playwright baseline of the workflow's first 13 steps.
+behind the run's egress proxy, the bare-Playwright baseline of the workflow's first 13 steps, and
+the scale-out stack's pieces (a scratch PostgreSQL database, Celery worker processes).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -110,6 +114,44 @@ def demo_workflow(host: str, *, steps: int | None = BEFORE_PAYING) -> Workflow:
     )
 
 
+def dense_steps(host: str) -> list[dict[str, Any]]:
+    """Steps on the demo portal's three dense lab pages, read-only steps included: appended to
+    the demo flow for the *dense* scenario (``bare_dense`` does the same in plain Playwright)."""
+    base = f"http://{host}"
+    return [
+        {"id": "open-transactions", "type": "goto", "url": f"{base}/lab/transactions"},
+        {"id": "check-last-row", "type": "assert",
+         "checks": [{"kind": "text_present", "text": "TX-01000"}]},
+        {"id": "read-heading", "type": "extract",
+         "fields": [{"name": "heading", "kind": "text",
+                     "target": {"role": "heading", "name": "Transactions"}}]},
+        {"id": "select-row", "type": "click",
+         "target": {"role": "checkbox", "name": "Select TX-00500"}},
+        {"id": "open-products", "type": "goto", "url": f"{base}/lab/products"},
+        {"id": "wait-products", "type": "wait_for", "text": "Product 300"},
+        {"id": "picture-products", "type": "screenshot", "name": "products"},
+        {"id": "open-menu", "type": "goto", "url": f"{base}/lab/mega-menu"},
+        {"id": "check-menu", "type": "assert",
+         "checks": [{"kind": "text_present", "text": "Topic 20.20"}]},
+    ]  # fmt: skip
+
+
+def bare_dense(page: Any, host: str, downloads: Path) -> None:
+    """``dense_steps`` as a plain Playwright script."""
+    base = f"http://{host}"
+    page.goto(f"{base}/lab/transactions", wait_until="load")
+    if page.get_by_text("TX-01000").count() == 0:
+        raise AssertionError("the last transaction is missing")
+    page.get_by_role("heading", name="Transactions").inner_text()
+    page.get_by_role("checkbox", name="Select TX-00500").click()
+    page.goto(f"{base}/lab/products", wait_until="load")
+    page.get_by_text("Product 300").first.wait_for(state="visible")
+    (downloads / "products.png").write_bytes(page.screenshot(type="png"))
+    page.goto(f"{base}/lab/mega-menu", wait_until="load")
+    if page.get_by_text("Topic 20.20").count() == 0:
+        raise AssertionError("the last menu topic is missing")
+
+
 # Django, the way a worker runs it ----------------------------------------------------------------
 
 
@@ -159,6 +201,9 @@ def setup_django(workflow: Workflow, data_dir: Path) -> Persistence:
     os.environ["PANDAWEB_DATA_DIR"] = str(data_dir)
     import django
 
+    from pandaweb.localfiles import ensure_local_files
+
+    ensure_local_files()
     django.setup()
     from django.contrib.auth.models import Group, User
     from django.core.management import call_command
@@ -189,6 +234,77 @@ def setup_django(workflow: Workflow, data_dir: Path) -> Persistence:
         workflow_id=imported.pk, user=user, message="bench", accept_warnings=True
     )
     return Persistence(data_dir, imported.pk, version.pk, user.pk)
+
+
+# The scale-out stack -----------------------------------------------------------------------------
+
+
+def scratch_database(server_url: str, name: str = "") -> tuple[str, tuple[Any, str]]:
+    """Create the empty database ``name`` (default ``pandaweb_bench_<pid>``) on the server of
+    ``server_url``; return its URL and what ``drop_database`` needs."""
+    import psycopg
+
+    name = name or f"pandaweb_bench_{os.getpid()}"
+    admin = psycopg.connect(server_url, autocommit=True)
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    admin.execute(f'CREATE DATABASE "{name}"')
+    parts = urlsplit(server_url)
+    return urlunsplit(parts._replace(path=f"/{name}")), (admin, name)
+
+
+def drop_database(handle: tuple[Any, str]) -> None:
+    admin, name = handle
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+def start_worker(
+    env: dict[str, str],
+    log: Path,
+    *,
+    queues: str = "",
+    name: str = "bench",
+    pool: str = "threads",
+    concurrency: int = 2,
+) -> subprocess.Popen[bytes]:
+    """A Celery worker process (threads pool, as ``manage.py up`` starts it), once it is ready.
+    By default it takes the shared queue and this host's own (continuations)."""
+    from sessions.services import host_queue
+
+    queues = queues or f"pandaweb,{host_queue(socket.gethostname())}"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "pandaweb", "worker", "--loglevel", "INFO",
+                "--pool", pool, "--concurrency", str(concurrency), "--hostname", f"{name}@%h",
+                "--queues", queues,
+            ],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while b"ready." not in log.read_bytes():
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the Celery worker did not start:\n{log.read_text()[-2000:]}")
+        time.sleep(0.2)
+    return worker
+
+
+def free_port() -> int:
+    """A loopback port the OS says is free now (for a server started as another process)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.005)
 
 
 # The sandbox -------------------------------------------------------------------------------------
@@ -229,48 +345,67 @@ class BareTiming:
     steps: float  # first step started → last step done
 
 
-def bare_run(cdp_url: str, workflow: Workflow, downloads: Path) -> BareTiming:
+def bare_run(
+    cdp_url: str,
+    workflow: Workflow,
+    downloads: Path,
+    *,
+    dense: bool = False,
+    artifacts_dir: str | None = None,
+) -> BareTiming:
     """The workflow's first 13 steps as a plain Playwright script: same clicks, fills, gotos,
-    extract, download and screenshot, plain locators, no observation and no recording."""
-    from playwright.sync_api import sync_playwright
+    extract, download and screenshot, plain locators, no observation and no recording.
+
+    On a warm Playwright driver, as the runner has (``sessions.driver.with_browser``: connect,
+    work, disconnect on a driver thread kept alive between runs): what differs is recording only.
+    """
+    from sessions.driver import with_browser
 
     base = f"http://{workflow.host}"
     invoice = workflow.inputs["invoice"]
     login = workflow.secrets[CREDENTIAL]
+    marks: list[float] = []
+
+    def work(browser: Any) -> None:
+        context = browser.contexts[0] if browser.contexts else browser.new_context()
+        page = context.pages[0] if context.pages else context.new_page()
+        marks.append(time.perf_counter())
+        page.goto(f"{base}/login", wait_until="load")  # 1 open-login
+        page.get_by_label("Username").fill(login["username"])  # 2 log-in
+        page.get_by_label("Password").fill(login["password"])
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_load_state("load")
+        page.get_by_text("Open invoices").first.wait_for(state="visible")  # 3 wait-dashboard
+        page.get_by_role("button", name="Accept").click()  # 4 accept-cookies
+        page.wait_for_load_state("load")
+        page.goto(f"{base}/invoices/{invoice}", wait_until="load")  # 5 open-invoice
+        text = page.get_by_test_id("amount-due").inner_text()  # 6 read-invoice
+        total = Decimal("".join(c for c in text if c.isdigit() or c in ".-"))
+        if total != Decimal(workflow.inputs["amount"]):  # 7 check-amount
+            raise AssertionError(f"amount due {total} != {workflow.inputs['amount']}")
+        with page.expect_download() as download_info:  # 8 download-csv
+            page.get_by_role("link", name="Download CSV").click()
+        download = download_info.value
+        download.save_as(downloads / (download.suggested_filename or "invoice.csv"))
+        page.goto(f"{base}/invoices/{invoice}/pay", wait_until="load")  # 9 open-pay-form
+        page.get_by_label("Amount").fill(workflow.inputs["amount"])  # 10 fill-amount
+        page.get_by_label("IBAN").fill(workflow.inputs["iban"])  # 11 fill-iban
+        page.get_by_role("button", name="Review payment").click()  # 12 review
+        page.wait_for_load_state("load")
+        png = page.screenshot(type="png")  # 13 before-paying
+        (downloads / "payment_review.png").write_bytes(png)
+        marks.append(time.perf_counter())
+        if "Submit payment" not in page.content():
+            raise AssertionError(f"the review page did not come up ({page.url})")
+        if dense:
+            # The check above is not a step of the workflow: it stays out of the steps time.
+            t3 = time.perf_counter()
+            bare_dense(page, workflow.host, downloads)
+            marks[-1] += time.perf_counter() - t3
+
     t0 = time.perf_counter()
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.connect_over_cdp(cdp_url, timeout=15_000)
-        try:
-            context = browser.contexts[0] if browser.contexts else browser.new_context()
-            page = context.pages[0] if context.pages else context.new_page()
-            t1 = time.perf_counter()
-            page.goto(f"{base}/login", wait_until="load")  # 1 open-login
-            page.get_by_label("Username").fill(login["username"])  # 2 log-in
-            page.get_by_label("Password").fill(login["password"])
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_load_state("load")
-            page.get_by_text("Open invoices").first.wait_for(state="visible")  # 3 wait-dashboard
-            page.get_by_role("button", name="Accept").click()  # 4 accept-cookies
-            page.wait_for_load_state("load")
-            page.goto(f"{base}/invoices/{invoice}", wait_until="load")  # 5 open-invoice
-            text = page.get_by_test_id("amount-due").inner_text()  # 6 read-invoice
-            total = Decimal("".join(c for c in text if c.isdigit() or c in ".-"))
-            if total != Decimal(workflow.inputs["amount"]):  # 7 check-amount
-                raise AssertionError(f"amount due {total} != {workflow.inputs['amount']}")
-            with page.expect_download() as download_info:  # 8 download-csv
-                page.get_by_role("link", name="Download CSV").click()
-            download = download_info.value
-            download.save_as(downloads / (download.suggested_filename or "invoice.csv"))
-            page.goto(f"{base}/invoices/{invoice}/pay", wait_until="load")  # 9 open-pay-form
-            page.get_by_label("Amount").fill(workflow.inputs["amount"])  # 10 fill-amount
-            page.get_by_label("IBAN").fill(workflow.inputs["iban"])  # 11 fill-iban
-            page.get_by_role("button", name="Review payment").click()  # 12 review
-            page.wait_for_load_state("load")
-            png = page.screenshot(type="png")  # 13 before-paying
-            (downloads / "payment_review.png").write_bytes(png)
-            t2 = time.perf_counter()
-            if "Submit payment" not in page.content():
-                raise AssertionError(f"the review page did not come up ({page.url})")
-        finally:
-            browser.close()
+    # Where a browser in namespaces writes downloads for Playwright to read (the runner is given
+    # the same: sandbox.details["artifacts_dir"]).
+    with_browser(cdp_url, work, artifacts_dir=artifacts_dir)
+    t1, t2 = marks
     return BareTiming(total=time.perf_counter() - t0, steps=t2 - t1)

@@ -1,15 +1,18 @@
 """Approval click → action performed, in scale-out mode (PostgreSQL, Redis, a Celery worker).
 
-    .venv/bin/python bench/approval_latency.py [--runs 20]
+    .venv/bin/python bench/approval_latency.py [--runs 20] [--other-worker]
 
 Each run executes the whole demo workflow against a demo portal on loopback in a real Celery
 worker process (threads pool, as ``manage.py up`` starts it) until it waits at its irreversible
 Submit payment. Then the benchmark decides the approval through the service every entry point
 uses (``approval_decide``) and measures until the portal has recorded the payment: the decision's
-transaction, the continuation routed to the worker's own queue through Redis, the runner
-reconnecting to the waiting browser, re-observing and comparing the evidence, the intent written
-to PostgreSQL, and the click. The payment's own timestamp (taken by the portal when it records
-it) ends the measurement. Printed: median and p95 over --runs, and where the time goes.
+transaction, the continuation routed to the host's queue through Redis, the runner reconnecting
+to the waiting browser, re-observing and comparing the evidence, the intent written to
+PostgreSQL, and the click. With ``--other-worker`` two worker processes split the queues (one
+takes the shared queue, the other the host's), so every continuation runs in a different process
+than the one that started the run; the benchmark checks that it did. The payment's own timestamp
+(taken by the portal when it records it) ends the measurement. Printed: median and p95 over
+--runs, and where the time goes.
 
 Needs PostgreSQL and Redis: ``--database-url`` names a server database used only to create and
 drop a scratch database ``pandaweb_bench_<pid>``; ``--redis-url`` a Redis database to use.
@@ -22,58 +25,20 @@ import os
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from _harness import ROOT, demo_workflow, load_line, portal, portal_host
-
-
-def scratch_database(server_url: str) -> tuple[str, Any]:
-    import psycopg
-
-    name = f"pandaweb_bench_{os.getpid()}"
-    admin = psycopg.connect(server_url, autocommit=True)
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
-    admin.execute(f'CREATE DATABASE "{name}"')
-    parts = urlsplit(server_url)
-    return urlunsplit(parts._replace(path=f"/{name}")), (admin, name)
-
-
-def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    from sessions.services import host_queue
-
-    queues = f"pandaweb,{host_queue(socket.gethostname())}"
-    with open(log, "wb") as out:
-        worker = subprocess.Popen(
-            [
-                sys.executable, "-m", "celery", "-A", "pandaweb", "worker", "--loglevel", "INFO",
-                "--pool", "threads", "--concurrency", "2", "--hostname", "bench@%h",
-                "--queues", queues,
-            ],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while b"ready." not in log.read_bytes():
-        if worker.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"the Celery worker did not start:\n{log.read_text()[-2000:]}")
-        time.sleep(0.2)
-    return worker
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.005)
+from _harness import (
+    demo_workflow,
+    load_line,
+    portal,
+    portal_host,
+    scratch_database,
+    start_worker,
+    wait_for,
+)
 
 
 def main() -> int:
@@ -81,6 +46,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
+    parser.add_argument(
+        "--other-worker",
+        action="store_true",
+        help="continue every run in a different worker process than the one that started it",
+    )
     args = parser.parse_args()
     print(f"start: {load_line()}")
     database_url, (admin, db_name) = scratch_database(args.database_url)
@@ -95,6 +65,9 @@ def main() -> int:
     os.environ.update(env)
     import django
 
+    from pandaweb.localfiles import ensure_local_files
+
+    ensure_local_files()
     django.setup()
     import logging
 
@@ -116,7 +89,7 @@ def main() -> int:
     operator.groups.add(Group.objects.get(name=Role.OPERATORS.value))
     reviewer = User.objects.create_user("bench-reviewer")
     reviewer.groups.add(Group.objects.get(name=Role.REVIEWERS.value))
-    worker = None
+    started: list[subprocess.Popen[bytes]] = []
     samples: list[dict[str, float]] = []
     try:
         with portal() as server:
@@ -129,7 +102,18 @@ def main() -> int:
             workflows.workflow_publish(
                 workflow_id=imported.pk, user=operator, message="bench", accept_warnings=True
             )
-            worker = start_worker(env, data_dir / "worker.log")
+            if args.other_worker:
+                from sessions.services import host_queue
+
+                started.append(
+                    start_worker(env, data_dir / "exec.log", queues="pandaweb", name="exec")
+                )
+                cont_queue = host_queue(socket.gethostname())
+                started.append(
+                    start_worker(env, data_dir / "cont.log", queues=cont_queue, name="cont")
+                )
+            else:
+                started.append(start_worker(env, data_dir / "worker.log"))
             for index in range(args.runs + 1):
                 server.state.reset()
                 invoice = next(i for i in server.state.invoices() if i.status == "open")
@@ -146,6 +130,7 @@ def main() -> int:
                     f"run {run.pk} to reach its gate",
                 )
                 approval = ApprovalRequest.objects.get(run=run)
+                executed_by = Run.objects.get(pk=run.pk).worker
                 clicked = datetime.now(UTC)
                 t0 = time.perf_counter()
                 approval_decide(
@@ -170,6 +155,9 @@ def main() -> int:
                     "click": (payment.created_at - intent).total_seconds(),
                 }
                 status = Run.objects.get(pk=run.pk).status
+                continued_by = Run.objects.get(pk=run.pk).worker
+                if args.other_worker and continued_by == executed_by:
+                    raise SystemExit(f"run {run.pk} continued in the process that started it")
                 label = "warm-up" if index == 0 else f"{index:2d}"
                 print(
                     f"  run {label}: approval → payment {sample['total'] * 1000:6.0f} ms "
@@ -178,14 +166,17 @@ def main() -> int:
                 if index:
                     samples.append(sample)
     finally:
-        if worker is not None:
+        for worker in started:
             worker.terminate()
+        for worker in started:
             worker.wait(timeout=30)
         from django.db import connections
 
         connections.close_all()
         admin.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
-    print(f"\napproval → action performed, {len(samples)} runs ({load_line()})")
+    where = "a different worker process" if args.other_worker else "the same worker process"
+    print(f"\napproval → action performed, {len(samples)} runs, continued in {where}")
+    print(f"  ({load_line()})")
     print(f"  {'ms':<34}{'min':>8}{'median':>8}{'p95':>8}{'max':>8}")
     for key in ("total", "decide", "queue", "reconnect+verify", "click"):
         values = sorted(s[key] * 1000 for s in samples)

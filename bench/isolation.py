@@ -94,7 +94,10 @@ class Sink:
     def action_starting(self, index: int) -> None:
         raise AssertionError("the benchmark never approves an action")
 
-    def action_finished(self, index: int) -> None:
+    def action_finished(self, index: int, result: str = "") -> None:
+        raise AssertionError("the benchmark never approves an action")
+
+    def action_refused(self, index: int, reason: str) -> None:
         raise AssertionError("the benchmark never approves an action")
 
     def stop_reason(self) -> str | None:

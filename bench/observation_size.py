@@ -1,18 +1,32 @@
-"""How much smaller is our observation than Playwright's raw AI snapshot, and does it lose refs?
+"""Our observation against Playwright's AI snapshot: size, coverage, and what each costs to take.
 
-Run from the project root: ``.venv/bin/python bench/observation_size.py``.
+Run from the project root: ``.venv/bin/python bench/observation_size.py [--rounds 3]``.
 
-Serves the demo portal and ``bench/pages/*.html`` on loopback, signs in, and for every page prints
-the size of ``page.aria_snapshot(mode="ai")`` against ``observe(page)`` (chars and chars/4 tokens),
-the ratio, and the share of the raw snapshot's interactive refs that our elements carry. The main
-columns observe without an element cap so the comparison is like for like; the last two show the
-default ``max_elements=400``. Every request that is not to loopback is aborted.
+Serves the demo portal and ``bench/pages/*.html`` on loopback, signs in, and for every page
+(the portal's, its dense lab pages — a 1,000-row table, a 300-card grid, a 400-link menu — and
+the static ones) prints:
+
+- the size of ``page.aria_snapshot(mode="ai")`` against ``observe(page)`` (chars and chars/4
+  tokens) and the ratio; the observation has no element cap (stored evidence is complete), the
+  last two columns show what a model would read with ``max_elements=400``;
+- coverage: the share of the controls (role and name) Playwright's snapshot lists that our
+  observation lists too;
+- time, median of ``--rounds`` rounds that alternate the two (aria, ours, aria, ours …):
+  ``aria`` is ``page.aria_snapshot(mode="ai")``; ``aria+box`` the same with ``boxes=True`` (what
+  the runner took before); ``take`` is what the runner takes on its path now
+  (``observation.take`` in the page's isolated world, the world already made by the step's
+  change mark as in a run); ``build`` is what the writer does with it, off the runner's path.
+
+Every request that is not to loopback is aborted. The machine's CPUs and load are printed.
 """
 
 from __future__ import annotations
 
+import argparse
+import collections
 import functools
 import math
+import statistics
 import sys
 import threading
 import time
@@ -26,10 +40,12 @@ from playwright.sync_api import Page, Route, sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _harness import load_line  # noqa: E402
+
 from pandaweb.browser import HEADLESS_ARGS, find_chromium  # noqa: E402
 from pandaweb.demo_portal.server import make_server  # noqa: E402
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME  # noqa: E402
-from sessions.observation import interactive_refs, observe  # noqa: E402
+from sessions.observation import PageWatch, interactive_controls, observe, take  # noqa: E402
 
 PAGES_DIR = Path(__file__).resolve().parent / "pages"
 PORTAL_PATHS = (
@@ -45,6 +61,9 @@ PORTAL_PATHS = (
     "/lab/dropdown",
     "/lab/injection",
     "/lab/external",
+    "/lab/mega-menu",
+    "/lab/products",
+    "/lab/transactions",
 )
 DEFAULT_CAP = 400
 
@@ -83,17 +102,36 @@ def sign_in(page: Page, portal: str) -> None:
     page.get_by_role("button", name="Accept").click()
 
 
-def measure(page: Page, label: str) -> tuple[str, ...]:
-    raw = page.aria_snapshot(mode="ai")
-    started = time.perf_counter()
-    ours = observe(page, max_elements=1_000_000)
-    elapsed = (time.perf_counter() - started) * 1000
-    capped = observe(page)
-    wanted = interactive_refs(raw)
-    have = {element.ref for element in ours.elements}
-    have_capped = {element.ref for element in capped.elements}
-    coverage = sum(ref in have for ref in wanted) / len(wanted) if wanted else 1.0
-    coverage_capped = sum(ref in have_capped for ref in wanted) / len(wanted) if wanted else 1.0
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+def measure(page: Page, label: str, rounds: int) -> tuple[str, ...]:
+    watch = PageWatch(page)
+    watch.mark()
+    timings: dict[str, list[float]] = collections.defaultdict(list)
+    for _ in range(rounds):
+        started = time.perf_counter()
+        raw = page.aria_snapshot(mode="ai")
+        timings["aria"].append(_ms(started))
+        started = time.perf_counter()
+        taken = take(page, watch=watch)
+        timings["take"].append(_ms(started))
+        started = time.perf_counter()
+        ours = taken.build()
+        timings["build"].append(_ms(started))
+        started = time.perf_counter()
+        page.aria_snapshot(mode="ai", boxes=True)
+        timings["aria+box"].append(_ms(started))
+    watch.close()
+    capped = observe(page, max_elements=DEFAULT_CAP)
+    wanted = collections.Counter(interactive_controls(raw))
+    have = collections.Counter((e.role, e.name) for e in ours.elements if e.interactive)
+    have_capped = collections.Counter((e.role, e.name) for e in capped.elements if e.interactive)
+    total = sum(wanted.values())
+    coverage = sum((wanted & have).values()) / total if total else 1.0
+    coverage_capped = sum((wanted & have_capped).values()) / total if total else 1.0
+    median = {key: statistics.median(values) for key, values in timings.items()}
     return (
         label,
         f"{len(raw):,}",
@@ -102,9 +140,12 @@ def measure(page: Page, label: str) -> tuple[str, ...]:
         f"{ours.token_estimate:,}",
         f"{ours.size_chars / len(raw):.0%}",
         f"{coverage:.0%}",
-        f"{len(wanted)}",
+        f"{total}",
         f"{len(ours.elements)}",
-        f"{elapsed:.0f}",
+        f"{median['aria']:.0f}",
+        f"{median['aria+box']:.0f}",
+        f"{median['take']:.0f}",
+        f"{median['build']:.0f}",
         f"{capped.size_chars:,}",
         f"{coverage_capped:.0%}",
     )
@@ -119,9 +160,12 @@ def print_table(rows: list[tuple[str, ...]]) -> None:
         "ours tok",
         "ours/raw",
         "coverage",
-        "raw refs",
+        "controls",
         "elements",
-        "ms",
+        "aria ms",
+        "aria+box ms",
+        "take ms",
+        "build ms",
         "@400 chars",
         "@400 cov",
     )
@@ -138,6 +182,10 @@ def print_table(rows: list[tuple[str, ...]]) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per page (median)")
+    rounds = parser.parse_args().rounds
+    print(f"machine: {load_line()} at start")
     portal_server = make_server("127.0.0.1", 0)
     handler = functools.partial(_QuietHandler, directory=str(PAGES_DIR))
     pages_server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -158,16 +206,17 @@ def main() -> None:
             page.goto(f"{portal}{path}")
             if path == "/lab/late-content":
                 page.get_by_role("button", name="Export statistics").wait_for()
-            rows.append(measure(page, path))
+            rows.append(measure(page, path, rounds))
         for html in sorted(PAGES_DIR.glob("*.html")):
             page.goto(f"{static}/{html.name}")
-            rows.append(measure(page, f"bench/pages/{html.name}"))
+            rows.append(measure(page, f"bench/pages/{html.name}", rounds))
         browser.close()
     print_table(rows)
     print(
         "\nraw = page.aria_snapshot(mode='ai'); ours = observe(page).text without a cap; "
-        "tokens = chars/4 rounded up;\ncoverage = share of the raw snapshot's interactive refs "
-        "(control roles or cursor=pointer) present in ours."
+        "tokens = chars/4 rounded up;\ncoverage = share of the raw snapshot's controls "
+        "(control roles or cursor=pointer; role and name) listed in ours;\n"
+        f"times: median of {rounds} alternating rounds; {load_line()} at the end."
     )
 
 

@@ -1,6 +1,7 @@
 """How much memory one run's browser takes: peak PSS (and RSS) of the sandbox's Chromium tree.
 
     .venv/bin/python bench/run_memory.py [--runs 3] [--interval 0.1]
+    .venv/bin/python bench/run_memory.py --concurrent 1,5,10,20 [--interval 0.5]
 
 For each run: the demo portal on loopback, the run's egress proxy, a fresh local sandbox, and the
 production runner doing the whole demo workflow (workflows/examples/acme-pay-invoice.yaml; it
@@ -11,6 +12,11 @@ plus Chromium's crash handler, which leaves the group (setsid) but carries the s
 on its command line. The sandbox watchdog (a small Python process) is reported separately.
 PSS counts shared pages once across the tree, so it is the figure that adds up per sandbox; RSS
 counts them in every process and is shown for reference.
+
+With --concurrent, each N starts N sandboxes, then runs the demo workflow in all of them at once
+(one runner thread each, every record built as the run's writer would: ``recording.finish``),
+samples the sum of all the sandboxes' PSS, and prints its peak divided by N; every run must reach
+step 14 with all 13 steps recorded (an observation and a screenshot each).
 """
 
 from __future__ import annotations
@@ -153,18 +159,111 @@ class MemorySink:
     def action_starting(self, index: int) -> None:
         self.actions.append(("intent", index))
 
-    def action_finished(self, index: int) -> None:
+    def action_finished(self, index: int, result: str = "") -> None:
         self.actions.append(("completion", index))
+
+    def action_refused(self, index: int, reason: str) -> None:
+        self.actions.append(("refusal", index))
 
     def stop_reason(self) -> str | None:
         return None
+
+
+def concurrent(counts: list[int], interval: float) -> None:
+    from sessions.sandbox.local import LocalBackend
+
+    with (
+        temp_dir("pandaweb-bench-sandboxes-") as sandboxes,
+        temp_dir("pandaweb-bench-files-") as files,
+        portal() as server,
+    ):
+        host = portal_host(server)
+        workflow = demo_workflow(host, steps=None)
+        backend = LocalBackend(root=sandboxes)
+        with egress_proxy(host) as proxy:
+            for n in counts:
+                at_once(n, workflow, backend, proxy, Path(files), interval)
+
+
+def at_once(n: int, workflow: Any, backend: Any, proxy: Any, files: Path, interval: float) -> None:
+    from sessions import recording
+    from sessions.runner import Runner, RunPlan
+
+    peak = [0]
+    stop = threading.Event()
+    results: list[tuple[Any, MemorySink]] = []
+    errors: list[BaseException] = []
+
+    def sample_all(samplers: list[Sampler]) -> None:
+        tick = 0
+        while not stop.is_set():
+            total = sum(s.sample(scan_cmdlines=tick % 10 == 0)[0] for s in samplers)
+            peak[0] = max(peak[0], total)
+            tick += 1
+            stop.wait(interval)
+
+    def one(i: int, box: Any) -> None:
+        plan = RunPlan(
+            steps=workflow.steps,
+            inputs=workflow.inputs,
+            secrets=workflow.secrets,
+            step_budget=40,
+            deadline=time.time() + 900,
+            artifacts_dir=files / f"{n}-{i}",
+        )
+        sink = MemorySink()
+        try:
+            outcome = Runner(plan, sink).run(
+                box.cdp_url, artifacts_dir=box.details.get("artifacts_dir")
+            )
+            for record in sink.records:
+                recording.finish(record)
+            results.append((outcome, sink))
+        except BaseException as exc:
+            errors.append(exc)
+
+    with contextlib.ExitStack() as stack:
+        boxes = [stack.enter_context(sandbox(backend, proxy)) for _ in range(n)]
+        samplers = [
+            Sampler(b.pgid, b.workdir, int(b.details["watchdog_pid"]), interval) for b in boxes
+        ]
+        sampler_thread = threading.Thread(target=sample_all, args=(samplers,), daemon=True)
+        sampler_thread.start()
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=one, args=(i, b)) for i, b in enumerate(boxes)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        seconds = time.perf_counter() - t0
+        stop.set()
+        sampler_thread.join(30)
+    complete = sum(
+        1
+        for outcome, sink in results
+        if outcome.status == "approval_required"
+        and len(sink.records) == 13
+        and all(r.observation and r.screenshot for r in sink.records)
+    )
+    print(
+        f"  N={n:>2}: peak total PSS {peak[0] / MIB:7.0f} MiB, {peak[0] / MIB / n:5.0f} MiB per "
+        f"run; {complete}/{n} runs recorded completely, {len(errors)} errors; "
+        f"wall {seconds:.1f} s ({load_line()})",
+        flush=True,
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between samples")
+    parser.add_argument("--concurrent", default="", help="run N at once, e.g. 1,5,10,20")
     args = parser.parse_args()
+    if args.concurrent:
+        print(f"start: {load_line()}")
+        concurrent([int(x) for x in args.concurrent.split(",") if x.strip()], args.interval)
+        print(f"end: {load_line()}")
+        return 0
 
     from sessions.runner import Runner, RunPlan
     from sessions.sandbox.local import LocalBackend
@@ -196,7 +295,9 @@ def main() -> int:
                     )
                     sink = MemorySink()
                     t0 = time.perf_counter()
-                    outcome = Runner(plan, sink).run(box.cdp_url)
+                    outcome = Runner(plan, sink).run(
+                        box.cdp_url, artifacts_dir=box.details.get("artifacts_dir")
+                    )
                     seconds = time.perf_counter() - t0
                     peak = sampler.stop()
                 if outcome.status != "approval_required" or outcome.steps_executed != 13:

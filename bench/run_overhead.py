@@ -1,6 +1,7 @@
 """What recording costs: the demo workflow's first 13 steps, bare Playwright against the runner.
 
-    .venv/bin/python bench/run_overhead.py [--runs 10] [--delays 0,100] [--profile]
+    .venv/bin/python bench/run_overhead.py [--runs 10] [--delays 0,100] [--scenarios demo,dense]
+        [--profile]
 
 Against one demo portal on loopback, behind one egress proxy, each measured run gets a fresh local
 sandbox (its start is not timed; see bench/sandbox_start.py) and then does steps 1-13 of
@@ -16,10 +17,16 @@ workflows/examples/acme-pay-invoice.yaml (everything before the irreversible sub
 Both are timed from "sandbox answering CDP" to "done": Playwright start, CDP connect, the steps,
 disconnect, and for B the wait until the writer thread has persisted every step (``sink.close()``,
 as ``run_execute`` does). A and B alternate (A, B, A, B ...) after one unmeasured warm-up pair.
-Each delay in --delays (milliseconds added to every portal response, like a remote portal) is one
-scenario. --profile splits the runner's per-step time into act / observe (of which aria) /
-screenshot / other, by wrapping those functions during the B runs. Overlays and thumbnails are
-drawn by the sink's writer thread, off the runner's path, so they show up only in the totals.
+Each delay in --delays (milliseconds added to every portal response, like a remote portal) is run
+for each scenario: *demo* is the 13 steps above; *dense* is the same 13 steps followed by nine
+steps on the portal's dense lab pages (a 1,000-row table with a checkbox and two buttons per row,
+a 300-card product grid, a 400-link mega-menu; an assert, an extract, a satisfied wait_for and a
+screenshot among them; ``_harness.dense_steps``). A per-step table gives B's median step time.
+--profile splits the runner's per-step time into act / observe (of which read: the
+in-page serialisation and the change mark, ``Runtime.evaluate`` in the isolated world) /
+screenshot / other, by wrapping those functions during the B runs. The numbered observation,
+overlay and thumbnail are built by the sink's writer thread, off the runner's path, so they
+show up only in the totals (and in the drain after the run).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from _harness import (
     Workflow,
     bare_run,
     demo_workflow,
+    dense_steps,
     egress_proxy,
     load_line,
     portal,
@@ -50,7 +58,7 @@ from _harness import (
     temp_dir,
 )
 
-PHASES = ("act", "observe", "aria", "screenshot", "other")
+PHASES = ("act", "observe", "read", "screenshot", "other")
 
 
 # Profiling ---------------------------------------------------------------------------------------
@@ -91,16 +99,22 @@ def _timed(name: str, function: Callable[..., Any], *, capture_only: bool = Fals
 
 
 def install_profiling() -> None:
-    """Wrap the observation functions the runner calls and Page.screenshot/aria_snapshot."""
+    """Wrap the observation functions the runner calls, the isolated world's evaluate and
+    Page.screenshot."""
     from playwright.sync_api import Page
 
     from sessions import observation
 
-    observation.capture = _timed("observe", observation.capture, capture_only=True)
+    observation.take = _timed("observe", observation.take, capture_only=True)
+    observation.PageWatch.mark = _timed(  # type: ignore[method-assign]
+        "observe", observation.PageWatch.mark, capture_only=True
+    )
     # Only the screenshot taken for the record counts here; a screenshot step's own picture is
     # part of "act" (the baseline takes it too).
     Page.screenshot = _timed("screenshot", Page.screenshot, capture_only=True)  # type: ignore[method-assign]
-    Page.aria_snapshot = _timed("aria", Page.aria_snapshot, capture_only=True)  # type: ignore[method-assign]
+    observation.PageWatch.evaluate = _timed(  # type: ignore[method-assign]
+        "read", observation.PageWatch.evaluate, capture_only=True
+    )
 
 
 def profiled_runner_class() -> type[Any]:
@@ -125,11 +139,11 @@ def profiled_runner_class() -> type[Any]:
                 PROFILE.add("act", time.perf_counter() - t0)
                 PROFILE.phase = ""
 
-        def _capture(self, record: Any, *, touched_page: bool) -> None:
+        def _capture(self, record: Any, *, touched_page: bool, watch: bool = True) -> None:
             assert PROFILE is not None
             PROFILE.phase = "capture"
             try:
-                super()._capture(record, touched_page=touched_page)
+                super()._capture(record, touched_page=touched_page, watch=watch)
             finally:
                 PROFILE.phase = ""
 
@@ -162,8 +176,11 @@ class TimedSink:
     def action_starting(self, index: int) -> None:
         self.inner.action_starting(index)
 
-    def action_finished(self, index: int) -> None:
-        self.inner.action_finished(index)
+    def action_finished(self, index: int, result: str = "") -> None:
+        self.inner.action_finished(index, result)
+
+    def action_refused(self, index: int, reason: str) -> None:
+        self.inner.action_refused(index, reason)
 
     def stop_reason(self) -> str | None:
         return self.inner.stop_reason()
@@ -173,7 +190,13 @@ class TimedSink:
 
 
 def recorded_run(
-    cdp_url: str, workflow: Workflow, persistence: Persistence, files: Path
+    cdp_url: str,
+    workflow: Workflow,
+    persistence: Persistence,
+    files: Path,
+    per_step: dict[int, list[float]] | None = None,
+    *,
+    artifacts_dir: str | None = None,
 ) -> dict[str, float]:
     from sessions.runner import Runner, RunPlan
 
@@ -189,7 +212,7 @@ def recorded_run(
     runner_class = profiled_runner_class() if PROFILE is not None else Runner
     t0 = time.perf_counter()
     sink = TimedSink(run_id)
-    outcome = runner_class(plan, sink).run(cdp_url)
+    outcome = runner_class(plan, sink).run(cdp_url, artifacts_dir=artifacts_dir)
     t1 = time.perf_counter()
     sink.close()
     t2 = time.perf_counter()
@@ -200,6 +223,9 @@ def recorded_run(
     counts = persistence.counts(run_id)
     if counts["steps"] != len(workflow.steps):
         raise RuntimeError(f"only {counts['steps']} steps were persisted")
+    if per_step is not None:
+        for record in sink.records:
+            per_step[record.index].append(record.duration_ms / 1000)
     return {
         "total": t2 - t0,
         "runner": t1 - t0,
@@ -242,21 +268,21 @@ def print_profile(profile: Profile, workflow: Workflow) -> None:
             cells.append(f"{statistics.median(values) * 1000:11.0f}")
         print(f"  {index + 1:>2} {step['id'][:15]:<15}{''.join(cells)}")
     all_cells = "".join(f"{statistics.median(totals[p]) * 1000:11.0f}" for p in (*PHASES, "step"))
-    print(f"     {'all 13 steps':<15}{all_cells}")
+    print(f"     {f'all {len(workflow.steps)} steps':<15}{all_cells}")
     step_total = statistics.median(totals["step"])
     shares = ", ".join(
-        f"{p} {statistics.median(totals[p]) / step_total:.0%}" for p in PHASES if p != "aria"
+        f"{p} {statistics.median(totals[p]) / step_total:.0%}" for p in PHASES if p != "read"
     )
     print(f"  shares of step time: {shares}")
     print(
-        "  (observe = observation.capture: aria = page.aria_snapshot, the input scan and parsing;"
-        " other = settle, step validation and the sink hand-off)"
+        "  (observe = the change mark and observation.take: read = their Runtime.evaluate in"
+        " the isolated world; other = settle, step validation and the sink hand-off)"
     )
 
 
 def _accounted(parts: dict[str, float]) -> float:
-    # "aria" is part of "observe", so it is not subtracted again.
-    return sum(parts.get(p, 0.0) for p in PHASES if p not in ("other", "aria"))
+    # "read" is part of "observe", so it is not subtracted again.
+    return sum(parts.get(p, 0.0) for p in PHASES if p not in ("other", "read"))
 
 
 def main() -> int:
@@ -266,9 +292,13 @@ def main() -> int:
     parser.add_argument(
         "--delays", default="0,100", help="portal delays to test, ms per response (default 0,100)"
     )
+    parser.add_argument(
+        "--scenarios", default="demo,dense", help="demo, dense or both (default demo,dense)"
+    )
     parser.add_argument("--profile", action="store_true", help="break the runner's time down")
     args = parser.parse_args()
     delays = [float(x) for x in args.delays.split(",") if x.strip()]
+    scenarios = [x.strip() for x in args.scenarios.split(",") if x.strip()]
 
     print(f"start: {load_line()}")
     with (
@@ -287,44 +317,93 @@ def main() -> int:
         backend = LocalBackend(root=sandboxes)
         if args.profile:
             install_profiling()
+        dense = Workflow(
+            document=workflow.document,
+            text=workflow.text,
+            steps=[*workflow.steps, *dense_steps(host)],
+            inputs=workflow.inputs,
+            secrets=workflow.secrets,
+            host=workflow.host,
+        )
         with egress_proxy(host) as proxy:
             for delay in delays:
-                set_delay(server, delay / 1000)
-                bare: dict[str, list[float]] = defaultdict(list)
-                recorded: dict[str, list[float]] = defaultdict(list)
-                PROFILE = None
-                for i in range(args.runs + 1):
-                    warm_up = i == 0
-                    with sandbox(backend, proxy) as box, temp_dir("pandaweb-bench-dl-") as dl:
-                        timing = bare_run(box.cdp_url, workflow, Path(dl))
-                    if not warm_up:
-                        bare["total"].append(timing.total)
-                        bare["steps"].append(timing.steps)
-                    if args.profile and i == 1:
-                        PROFILE = Profile()
-                    with sandbox(backend, proxy) as box:
-                        result = recorded_run(box.cdp_url, workflow, persistence, files)
-                    if not warm_up:
-                        for key, value in result.items():
-                            recorded[key].append(value)
-                    print(
-                        f"  delay {delay:g} ms, pair {i}{' (warm-up)' if warm_up else ''}: "
-                        f"A {timing.total:.2f} s, B {result['total']:.2f} s",
-                        file=sys.stderr,
-                    )
-                report(delay, args.runs, bare, recorded)
-                if PROFILE is not None:
-                    print_profile(PROFILE, workflow)
-                    PROFILE = None
+                for scenario in scenarios:
+                    flow = dense if scenario == "dense" else workflow
+                    set_delay(server, delay / 1000)
+                    measure(scenario, delay, flow, args, backend, proxy, persistence, files)
     print(f"\nend: {load_line()}")
     return 0
 
 
+def measure(
+    scenario: str,
+    delay: float,
+    workflow: Workflow,
+    args: argparse.Namespace,
+    backend: Any,
+    proxy: Any,
+    persistence: Persistence,
+    files: Path,
+) -> None:
+    global PROFILE
+    bare: dict[str, list[float]] = defaultdict(list)
+    recorded: dict[str, list[float]] = defaultdict(list)
+    per_step: dict[int, list[float]] = defaultdict(list)
+    PROFILE = None
+    for i in range(args.runs + 1):
+        warm_up = i == 0
+        with sandbox(backend, proxy) as box, temp_dir("pandaweb-bench-dl-") as dl:
+            timing = bare_run(
+                box.cdp_url,
+                workflow,
+                Path(dl),
+                dense=scenario == "dense",
+                artifacts_dir=box.details.get("artifacts_dir"),
+            )
+        if not warm_up:
+            bare["total"].append(timing.total)
+            bare["steps"].append(timing.steps)
+        if args.profile and i == 1:
+            PROFILE = Profile()
+        with sandbox(backend, proxy) as box:
+            result = recorded_run(
+                box.cdp_url,
+                workflow,
+                persistence,
+                files,
+                None if warm_up else per_step,
+                artifacts_dir=box.details.get("artifacts_dir"),
+            )
+        if not warm_up:
+            for key, value in result.items():
+                recorded[key].append(value)
+        print(
+            f"  {scenario}, delay {delay:g} ms, pair {i}{' (warm-up)' if warm_up else ''}: "
+            f"A {timing.total:.2f} s, B {result['total']:.2f} s",
+            file=sys.stderr,
+        )
+    report(scenario, delay, args.runs, bare, recorded)
+    print(f"  B per step, median of {args.runs} runs (ms)")
+    for index, step in enumerate(workflow.steps):
+        values = per_step.get(index) or [0.0]
+        print(
+            f"  {index + 1:>3} {step['id'][:20]:<20} {step['type']:<11}"
+            f" {statistics.median(values) * 1000:8.0f}"
+        )
+    if PROFILE is not None:
+        print_profile(PROFILE, workflow)
+        PROFILE = None
+
+
 def report(
-    delay: float, runs: int, bare: dict[str, list[float]], recorded: dict[str, list[float]]
+    scenario: str,
+    delay: float,
+    runs: int,
+    bare: dict[str, list[float]],
+    recorded: dict[str, list[float]],
 ) -> None:
     print(
-        f"\nportal delay {delay:g} ms per response, {runs} runs per variant, "
+        f"\n{scenario} scenario, portal delay {delay:g} ms per response, {runs} runs per variant, "
         f"alternated A/B ({load_line()})"
     )
     print(f"  {'seconds':<44} {'min':>7} {'median':>7} {'max':>7}")

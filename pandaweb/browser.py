@@ -6,21 +6,60 @@ installs from the distribution when it is missing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
-# Headless Chromium on a machine without outside network: background services would otherwise
-# try (and fail) to reach Google hosts at every start.
+# Chromium features that talk to Google on their own: autofill field predictions, optimization
+# hints and on-device models, the network time service, translation, Cast discovery, the
+# certificate transparency list, the password-leak check and variations. Chromium honours only
+# the last --disable-features switch, so they all go into this one.
+BACKGROUND_FEATURES: tuple[str, ...] = (
+    "AutofillServerCommunication",
+    "OptimizationHints",
+    "OptimizationHintsFetching",
+    "OptimizationGuideModelDownloading",
+    "OptimizationTargetPrediction",
+    "NetworkTimeServiceQuerying",
+    "Translate",
+    "MediaRouter",
+    "DialMediaRouteProvider",
+    "CertificateTransparencyComponentUpdater",
+    "PasswordLeakDetection",
+)
+
+# Headless Chromium for runs: only the pages a workflow opens may cause traffic. Everything
+# the browser would fetch for itself (updates, sign-in, safe browsing, metrics, field trials)
+# would otherwise reach the run's proxy, be refused, and bury the page's real refusals in the
+# audit trail. The managed policy (``MANAGED_POLICY``) switches off what no flag reaches.
 HEADLESS_ARGS: tuple[str, ...] = (
     "--no-sandbox",
     "--disable-gpu",
     "--no-first-run",
+    "--no-default-browser-check",
     "--disable-background-networking",
     "--disable-component-update",
+    "--disable-component-extensions-with-background-pages",
+    "--disable-default-apps",
     "--disable-sync",
     "--disable-quic",
     "--disable-dev-shm-usage",
+    "--disable-breakpad",
+    "--disable-client-side-phishing-detection",
+    "--disable-domain-reliability",
+    "--disable-field-trial-config",
+    "--safebrowsing-disable-auto-update",
+    "--metrics-recording-only",
+    "--no-pings",
+    "--no-service-autorun",
+    "--password-store=basic",
+    # Some components register themselves whatever --disable-component-update and the policy
+    # say (Chromium 156: the optimization guide's on-device models manifest, which asked
+    # update.googleapis.com at every start). Aimed at a file URL, their update check fails
+    # inside the browser and never reaches the network.
+    "--component-updater=url-source=file:///dev/null",
+    f"--disable-features={','.join(BACKGROUND_FEATURES)}",
 )
 
 _CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -41,3 +80,67 @@ def find_chromium() -> str | None:
         if found:
             return found
     return None
+
+
+# The managed policy every sandbox's Chromium gets (Debian's Chromium reads
+# /etc/chromium/policies/managed/*.json; no switch points it elsewhere, and the --policy switch
+# is ignored by release builds). It switches off, beyond the flags above, what only a policy
+# reaches: the password-leak check on every login form, component updates, sign-in, safe
+# browsing lookups, variations and the rest of Chromium's own calls home.
+MANAGED_POLICY_NAME = "pandaweb.json"
+MANAGED_POLICY: dict[str, object] = {
+    "PasswordLeakDetectionEnabled": False,
+    "PasswordManagerEnabled": False,
+    "AutofillAddressEnabled": False,
+    "AutofillCreditCardEnabled": False,
+    "ComponentUpdatesEnabled": False,
+    "BrowserSignin": 0,
+    "SyncDisabled": True,
+    "SafeBrowsingProtectionLevel": 0,
+    "SafeBrowsingExtendedReportingEnabled": False,
+    "ChromeVariations": 2,
+    "MetricsReportingEnabled": False,
+    "UrlKeyedAnonymizedDataCollectionEnabled": False,
+    "DomainReliabilityAllowed": False,
+    "TranslateEnabled": False,
+    "SpellcheckEnabled": False,
+    "SearchSuggestEnabled": False,
+    "AlternateErrorPagesEnabled": False,
+    "NetworkPredictionOptions": 2,
+    "DnsOverHttpsMode": "off",
+    "EnableMediaRouter": False,
+    "BackgroundModeEnabled": False,
+    "DefaultBrowserSettingEnabled": False,
+    "PromotionalTabsEnabled": False,
+    "ShoppingListEnabled": False,
+    "FeedbackSurveysEnabled": False,
+    "PrivacySandboxPromptEnabled": False,
+}
+
+
+def managed_policy_json() -> bytes:
+    """The managed policy file's content (stable bytes: the microVM image key hashes them)."""
+    return (json.dumps(MANAGED_POLICY, indent=2, sort_keys=True) + "\n").encode()
+
+
+# The same settings as profile preferences, for a browser that cannot be given the policy file
+# (a local sandbox without namespaces: the policy directory is the whole machine's). A page
+# cannot change them either, but they cover less than the policy, which wins where both exist.
+PROFILE_PREFERENCES: dict[str, object] = {
+    "credentials_enable_service": False,
+    "profile": {"password_manager_enabled": False, "password_manager_leak_detection": False},
+    "signin": {"allowed": False, "allowed_on_next_startup": False},
+    "safebrowsing": {"enabled": False},
+    "autofill": {"profile_enabled": False, "credit_card_enabled": False},
+    "translate": {"enabled": False},
+    "search": {"suggest_enabled": False},
+    "alternate_error_pages": {"enabled": False},
+    "net": {"network_prediction_options": 2},
+}
+
+
+def write_profile_preferences(user_data_dir: Path) -> None:
+    """Seed a fresh user data directory's default profile with ``PROFILE_PREFERENCES``."""
+    default = user_data_dir / "Default"
+    default.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (default / "Preferences").write_text(json.dumps(PROFILE_PREFERENCES))

@@ -11,10 +11,13 @@ import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
+
+from pandaweb.localfiles import CREDENTIAL_KEYS_FILE, SECRET_KEY_FILE, VAPID_KEY_FILE
 
 # Lets generic admin and queryset annotations (ModelAdmin[Run]) work at run time.
 django_stubs_ext.monkeypatch()
@@ -100,37 +103,39 @@ def redis_url(name: str) -> str:
 
 DATA_DIR = Path(env_str("PANDAWEB_DATA_DIR", str(BASE_DIR / "var")))
 
+
+def local_file(name: str, variable: str) -> Path:
+    """A file the entry points create in DATA_DIR (pandaweb/localfiles.py); read, never written,
+    here."""
+    path = DATA_DIR / name
+    if not path.is_file():
+        raise ImproperlyConfigured(
+            f"{path} is missing: run any manage.py command once (it creates it), or set {variable}"
+        )
+    return path
+
+
 DEBUG = env_bool("PANDAWEB_DEBUG", False)
 SECRET_KEY = env_str("PANDAWEB_SECRET_KEY")
 if not SECRET_KEY:
     if not DEBUG and env_bool("PANDAWEB_REQUIRE_SECRET_KEY", False):
         raise ImproperlyConfigured("PANDAWEB_SECRET_KEY must be set")
-    # Embedded default: a per-installation key kept beside the data, so sessions survive restarts
-    # without anyone having to invent a secret on day one.
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-    key_file = DATA_DIR / "secret_key"
-    if not key_file.exists():
-        from django.core.management.utils import get_random_secret_key
-
-        key_file.write_text(get_random_secret_key())
-        key_file.chmod(0o600)
+    # Embedded default: a per-installation key kept beside the data (pandaweb/localfiles.py).
+    key_file = local_file(SECRET_KEY_FILE, "PANDAWEB_SECRET_KEY")
     SECRET_KEY = key_file.read_text().strip()
 
 
 def credential_keys() -> list[str]:
-    """Fernet keys for credentials, newest first: from the environment, or generated once.
+    """Fernet keys for credentials, newest first: from the environment, or from the file the entry
+    points create (pandaweb/localfiles.py).
 
     ``PANDAWEB_CREDENTIAL_KEYS`` is a comma-separated list; the first key encrypts, all decrypt.
     """
-    from workflows.vault import check_key, generate_key
+    from workflows.vault import check_key
 
     keys = env_list("PANDAWEB_CREDENTIAL_KEYS", [])
     if not keys:
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
-        key_file = DATA_DIR / "credential_keys"
-        if not key_file.exists():
-            key_file.write_text(generate_key() + "\n")
-            key_file.chmod(0o600)
+        key_file = local_file(CREDENTIAL_KEYS_FILE, "PANDAWEB_CREDENTIAL_KEYS")
         keys = [line.strip() for line in key_file.read_text().splitlines() if line.strip()]
     for position, key in enumerate(keys, start=1):
         try:
@@ -148,6 +153,45 @@ CREDENTIAL_KEYS = credential_keys()
 
 ALLOWED_HOSTS = env_list("PANDAWEB_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("PANDAWEB_CSRF_TRUSTED_ORIGINS", [])
+
+
+def env_origins(name: str, default: list[str]) -> list[str]:
+    """A comma-separated list of origins (``https://host[:port]``, nothing after it)."""
+    origins = env_list(name, default)
+    for origin in origins:
+        try:
+            parts = urlsplit(origin)
+            parts.port  # noqa: B018 (raises ValueError on a bad port)
+        except ValueError:
+            parts = None
+        if (
+            parts is None
+            or parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+        ):
+            raise ImproperlyConfigured(
+                f"{name}: {origin!r} is not an origin like https://pandaweb.example.com"
+            )
+    return origins
+
+
+# The port the dashboard serves on: `manage.py up --port` hands it to the daphne it starts.
+PORT = env_int("PANDAWEB_PORT", 8000, minimum=1)
+# Where browsers load the dashboard from, exactly (scheme, host and port): websockets from any
+# other origin are refused. Behind a TLS proxy this is the public origin; by default the local
+# addresses on PORT and every CSRF-trusted origin (the public origin, when one is configured).
+PUBLIC_ORIGINS = env_origins(
+    "PANDAWEB_PUBLIC_ORIGINS",
+    [
+        f"http://127.0.0.1:{PORT}",
+        f"http://localhost:{PORT}",
+        f"http://[::1]:{PORT}",
+        *env_origins("PANDAWEB_CSRF_TRUSTED_ORIGINS", []),
+    ],
+)
 
 INSTALLED_APPS = [
     "daphne",
@@ -167,10 +211,18 @@ INSTALLED_APPS = [
     "workflows",
     "sessions.apps.RunSessionsConfig",
     "approvals",
+    "pandaweb.webhooks",
+    "pandaweb.schedules",
+    # Serves its docs page's scripts and styles from our own static files (no CDN).
+    "ninja",
+    "pandaweb.api",
+    "pandaweb.reviewers",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "pandaweb.core.security.ContentSecurityPolicyMiddleware",
+    "pandaweb.core.security.RequestSizeLimitMiddleware",
     "pandaweb.audit.context.AuditRequestMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -210,7 +262,6 @@ _database_url = env_str("DATABASE_URL")
 if _database_url:
     DATABASES = {"default": database_from_url("DATABASE_URL", _database_url)}
 else:
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
@@ -256,9 +307,6 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Separate installations (or test runs) sharing one Redis must not take each other's tasks.
 CELERY_TASK_DEFAULT_QUEUE = env_str("PANDAWEB_CELERY_QUEUE", "pandaweb")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Every worker also consumes its own queue ("<node>.dq2"): a run waiting for approval continues
-# on the worker that holds its browser and egress proxy.
-CELERY_WORKER_DIRECT = True
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -286,8 +334,33 @@ LOGOUT_REDIRECT_URL = "login"
 
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
-SESSION_COOKIE_SECURE = env_bool("PANDAWEB_SECURE_COOKIES", False)
+# Production sits behind a TLS proxy: PANDAWEB_HTTPS turns on what that needs (secure cookies,
+# redirect to https, HSTS). The proxy must say which requests arrived over TLS, in a header it
+# always sets itself (PANDAWEB_PROXY_SSL_HEADER, e.g. X-Forwarded-Proto): trusted otherwise, a
+# client could claim https.
+HTTPS = env_bool("PANDAWEB_HTTPS", False)
+SESSION_COOKIE_SECURE = env_bool("PANDAWEB_SECURE_COOKIES", HTTPS)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_SSL_REDIRECT = env_bool("PANDAWEB_SSL_REDIRECT", HTTPS)
+SECURE_HSTS_SECONDS = env_int("PANDAWEB_HSTS_SECONDS", 31_536_000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("PANDAWEB_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = env_bool("PANDAWEB_HSTS_PRELOAD", False)
+_proxy_ssl_header = env_str("PANDAWEB_PROXY_SSL_HEADER")
+if _proxy_ssl_header:
+    if not all(ch.isalnum() or ch == "-" for ch in _proxy_ssl_header):
+        raise ImproperlyConfigured(
+            f"PANDAWEB_PROXY_SSL_HEADER={_proxy_ssl_header!r} is not a header name "
+            "(e.g. X-Forwarded-Proto)"
+        )
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_ssl_header.upper().replace("-", "_"), "https")
+# Asking browsers to ship the domain in their preload lists is the domain owner's decision
+# (PANDAWEB_HSTS_PRELOAD), not a deployment defect: check --deploy does not warn about it.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+CSRF_FAILURE_VIEW = "pandaweb.core.security.csrf_failure"
+# Largest request body accepted, files included (a workflow file may be 1 MB); larger ones get
+# a page saying so. Django's own limit on form fields follows it.
+MAX_REQUEST_BYTES = env_int("PANDAWEB_MAX_REQUEST_BYTES", 2_500_000, minimum=1_100_000)
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
@@ -325,14 +398,97 @@ MICROVM_POOL = env_int("PANDAWEB_MICROVM_POOL", 0, minimum=0)
 # Screenshots, observations and downloads of runs; served only through permission checks.
 RUN_FILES_DIR = Path(env_str("PANDAWEB_RUN_FILES_DIR", str(DATA_DIR / "runs")))
 # A run whose worker has not reported for this long is marked interrupted by the reaper.
-RUN_HEARTBEAT_TIMEOUT_SECONDS = env_int("PANDAWEB_RUN_HEARTBEAT_TIMEOUT", 60, minimum=10)
+RUN_HEARTBEAT_TIMEOUT_SECONDS = env_int("PANDAWEB_RUN_HEARTBEAT_TIMEOUT", 60, minimum=2)
+# Every worker looks after its host's sandboxes this often: reaps expired ones, adopts runs no
+# worker executes (waiting for a person, or approved and queued), fails those whose browser died.
+HOUSEKEEPING_SECONDS = env_int("PANDAWEB_HOUSEKEEPING_SECONDS", 30, minimum=1)
+# Embedded default: the process serving the ASGI application is also the worker: it keeps a warm
+# browser driver and runs the housekeeping above (Celery beat's work in scale-out mode). A process
+# that imports the application without serving runs (the test suite, which drives that work
+# itself) turns this off.
+EMBEDDED_WORKER = env_bool("PANDAWEB_EMBEDDED_WORKER", True)
+# Live view: the most frames a second any viewer gets, and how long a controller's lost
+# connection keeps control before the browser is handed back to the runner.
+LIVE_MAX_FPS = env_int("PANDAWEB_LIVE_MAX_FPS", 5, minimum=1)
+CONTROL_LOST_SECONDS = env_int("PANDAWEB_CONTROL_LOST_SECONDS", 20, minimum=1)
+# A queued run, or an approved continuation, whose message was not taken within this long (a
+# killed worker had prefetched it) is sent again; the database is the queue of record.
+RUN_REDISPATCH_AFTER_SECONDS = env_int("PANDAWEB_RUN_REDISPATCH_AFTER", 45, minimum=1)
+# Requests per minute each API token may make (sliding window; in Redis when REDIS_URL is set).
+API_RATE_LIMIT_PER_MINUTE = env_int("PANDAWEB_API_RATE_LIMIT", 600, minimum=1)
+# Run files (screenshots, observations, downloads) of runs that ended more than this many days ago
+# are deleted by housekeeping; 0 keeps them forever. Database rows, their hashes and the audit
+# trail are never pruned.
+RUN_FILES_RETENTION_DAYS = env_int("PANDAWEB_RUN_FILES_RETENTION_DAYS", 0, minimum=0)
 CELERY_BEAT_SCHEDULE = {
     "reap-silent-runs": {"task": "runs.reap", "schedule": 30.0},
+    "prune-run-files": {"task": "runs.prune_files", "schedule": 3600.0},
     "rebake-session-templates": {"task": "runs.rebake_session_templates", "schedule": 300.0},
+    "deliver-webhooks": {"task": "webhooks.drain", "schedule": 10.0},
+    "fire-schedules": {"task": "schedules.tick", "schedule": 15.0},
 }
+
+# Signed checkpoints of the audit chain's head (pandaweb/audit/checkpoints.py): a directory the
+# database's administrators cannot write, how often, and who gets each one by e-mail.
+AUDIT_CHECKPOINT_DIR = Path(
+    env_str("PANDAWEB_AUDIT_CHECKPOINT_DIR", str(DATA_DIR / "audit-checkpoints"))
+)
+AUDIT_CHECKPOINT_INTERVAL_SECONDS = env_int("PANDAWEB_AUDIT_CHECKPOINT_INTERVAL", 900, minimum=10)
+AUDIT_CHECKPOINT_EMAILS = env_list("PANDAWEB_AUDIT_CHECKPOINT_EMAILS", [])
+# The fingerprint (`manage.py audit_public_key`) exports and checkpoints must be signed with when
+# verified here; empty: this installation's own key.
+AUDIT_PUBLIC_KEY_FINGERPRINT = env_str("PANDAWEB_AUDIT_PUBLIC_KEY_FINGERPRINT")
+if AUDIT_PUBLIC_KEY_FINGERPRINT and not all(
+    ch in "0123456789abcdefABCDEF " for ch in AUDIT_PUBLIC_KEY_FINGERPRINT
+):
+    raise ImproperlyConfigured(
+        f"PANDAWEB_AUDIT_PUBLIC_KEY_FINGERPRINT={AUDIT_PUBLIC_KEY_FINGERPRINT!r} is not a "
+        "fingerprint like '3f2a 9c01 77be 0d4e' (see manage.py audit_public_key)"
+    )
+CELERY_BEAT_SCHEDULE["audit-checkpoint"] = {
+    "task": "audit.checkpoint",
+    "schedule": float(AUDIT_CHECKPOINT_INTERVAL_SECONDS),
+}
+# Webhooks: how long a receiver may take, how often one message is tried before it is given up,
+# and after how many failed attempts in a row a subscription is switched off.
+WEBHOOK_TIMEOUT_SECONDS = env_int("PANDAWEB_WEBHOOK_TIMEOUT", 10, minimum=1)
+WEBHOOK_MAX_ATTEMPTS = env_int("PANDAWEB_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
+WEBHOOK_DISABLE_AFTER = env_int("PANDAWEB_WEBHOOK_DISABLE_AFTER", 15, minimum=1)
+# Batch launch: the most rows one uploaded file may hold, and its largest size.
+BATCH_MAX_ROWS = env_int("PANDAWEB_BATCH_MAX_ROWS", 1000, minimum=1)
+BATCH_MAX_BYTES = env_int("PANDAWEB_BATCH_MAX_BYTES", 2_000_000, minimum=1000)
 
 # Where people reach the dashboard; used in e-mails.
 PANDAWEB_BASE_URL = env_str("PANDAWEB_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+
+# Chat approvals (Slack). Without a bot token no card is posted; without the signing secret every
+# callback is refused. The API URL is configurable so tests can point it at a fake on loopback.
+SLACK_BOT_TOKEN = env_str("PANDAWEB_SLACK_BOT_TOKEN")
+SLACK_SIGNING_SECRET = env_str("PANDAWEB_SLACK_SIGNING_SECRET")
+SLACK_API_URL = env_str("PANDAWEB_SLACK_API_URL", "https://slack.com/api/")
+if not SLACK_API_URL.endswith("/"):
+    SLACK_API_URL += "/"
+# How long the signed link to a card's picture stays valid (Slack fetches it, maybe later).
+SLACK_IMAGE_LINK_MINUTES = env_int("PANDAWEB_SLACK_IMAGE_LINK_MINUTES", 24 * 60, minimum=1)
+
+# Passkeys: the relying party is the dashboard's host (PANDAWEB_BASE_URL) unless set.
+PASSKEY_RP_ID = env_str("PANDAWEB_PASSKEY_RP_ID")
+PASSKEY_RP_NAME = env_str("PANDAWEB_PASSKEY_RP_NAME", "pandaweb")
+
+
+def vapid_private_key() -> str:
+    """The Web Push (VAPID) private key, PEM: from the environment, or from the file the entry
+    points create (pandaweb/localfiles.py)."""
+    key = env_str("PANDAWEB_VAPID_PRIVATE_KEY")
+    if key:
+        return key.replace("\\n", "\n")
+    return local_file(VAPID_KEY_FILE, "PANDAWEB_VAPID_PRIVATE_KEY").read_text()
+
+
+VAPID_PRIVATE_KEY = vapid_private_key()
+VAPID_SUBJECT = env_str("PANDAWEB_VAPID_SUBJECT", "mailto:pandaweb@localhost")
+# Push services are public HTTPS endpoints; plain http (to a loopback fake) only when allowed.
+WEB_PUSH_ALLOW_HTTP = env_bool("PANDAWEB_WEB_PUSH_ALLOW_HTTP", False)
 
 DEMO_PORTAL_URL = env_str("PANDAWEB_DEMO_PORTAL_URL", "http://127.0.0.1:8001/")
 
@@ -340,7 +496,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"one_line_forbidden": {"()": "pandaweb.core.logfilters.OneLineForbidden"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["one_line_forbidden"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("PANDAWEB_LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }

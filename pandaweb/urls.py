@@ -4,6 +4,9 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from approvals.views import reviewer_profile
+from pandaweb.api.urls import api_urls
+
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -11,6 +14,15 @@ urlpatterns = [
     path("runs/", include("sessions.urls")),
     path("approvals/", include("approvals.urls")),
     path("audit/", include("pandaweb.audit.urls")),
+    path("webhooks/", include("pandaweb.webhooks.urls")),
+    path("", include("pandaweb.schedules.urls")),
+    path("api/v1/", api_urls()),
+    path("account/", include("pandaweb.api.urls")),
+    path("profile/", reviewer_profile, name="profile"),
+    path("profile/", include("pandaweb.reviewers.urls")),
+    path("integrations/slack/", include("approvals.slack_urls")),
     path("admin/", admin.site.urls),
     path("", include("pandaweb.core.urls")),
 ]
+
+handler400 = "pandaweb.core.security.bad_request"

@@ -12,10 +12,11 @@ those.
 from __future__ import annotations
 
 import contextlib
+import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from playwright.sync_api import Browser, Playwright, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
@@ -25,6 +26,16 @@ T = TypeVar("T")
 # More threads than a worker runs browsers at once; idle ones cost one idle driver each.
 _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="playwright")
 _local = threading.local()
+
+# Connecting waits for the browser to describe its pages: ~15 s is generous on a host, but a
+# microVM under software emulation is tens of times slower. Past two minutes it is not coming.
+_CONNECT_MS = 15_000.0
+_CONNECT_MAX_MS = 120_000.0
+
+
+def connect_timeout_ms(time_scale: float) -> float:
+    """How long to wait for a browser whose actions take ``time_scale`` times a host's."""
+    return min(_CONNECT_MS * max(time_scale, 1.0), _CONNECT_MAX_MS)
 
 
 def _driver(*, fresh: bool = False) -> Playwright:
@@ -40,34 +51,87 @@ def _driver(*, fresh: bool = False) -> Playwright:
     return playwright
 
 
-def _connect(cdp_url: str, artifacts_dir: str | None) -> Browser:
+def warm() -> None:
+    """Start a driver now, in the background, so that the first run or continuation of a
+    process that just started does not wait for Node.js (a failure to start shows on first use).
+    Only in the process that runs the work: a driver does not survive a fork."""
+    _POOL.submit(_driver)
+
+
+def _connect(cdp_url: str, artifacts_dir: str | None, timeout_ms: float) -> Browser:
     try:
         return _driver().chromium.connect_over_cdp(
-            cdp_url, timeout=15_000, artifacts_dir=artifacts_dir
+            cdp_url, timeout=timeout_ms, artifacts_dir=artifacts_dir
         )
     except PlaywrightError as exc:
         # A driver that died since its last use says so on first contact; start another once.
         if "closed" not in str(exc).lower() and "connection" not in str(exc).lower():
             raise
         return _driver(fresh=True).chromium.connect_over_cdp(
-            cdp_url, timeout=15_000, artifacts_dir=artifacts_dir
+            cdp_url, timeout=timeout_ms, artifacts_dir=artifacts_dir
         )
 
 
+class Connection:
+    """A browser connection opened now for work handed over later, on one warm driver's thread.
+
+    A continuation opens it while it still checks the run in the database, so the reviewer does
+    not wait for the two one after the other. Until ``run`` hands over the work nothing is done
+    with the browser but connecting; ``close`` (or the end of a ``with`` block) without ``run``
+    disconnects. The browser itself stays up: its sandbox owns it.
+    """
+
+    def __init__(
+        self,
+        cdp_url: str,
+        *,
+        artifacts_dir: str | None = None,
+        timeout_ms: float = _CONNECT_MS,
+    ) -> None:
+        self._work: queue.SimpleQueue[Callable[[Browser], object] | None] = queue.SimpleQueue()
+        self._handed = False
+        self._done = _POOL.submit(self._hold, cdp_url, artifacts_dir, timeout_ms)
+
+    def _hold(self, cdp_url: str, artifacts_dir: str | None, timeout_ms: float) -> object:
+        browser = _connect(cdp_url, artifacts_dir, timeout_ms)
+        try:
+            work = self._work.get()
+            return None if work is None else work(browser)
+        finally:
+            browser.close()
+
+    def run(self, work: Callable[[Browser], T]) -> T:
+        """Run ``work`` with the browser on the driver's thread and return what it did (or
+        raise what connecting or ``work`` raised)."""
+        if self._handed:
+            raise RuntimeError("this browser connection was already used or closed")
+        self._handed = True
+        self._work.put(work)
+        return cast(T, self._done.result())
+
+    def close(self) -> None:
+        if not self._handed:
+            self._handed = True
+            self._work.put(None)
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def with_browser(
-    cdp_url: str, work: Callable[[Browser], T], *, artifacts_dir: str | None = None
+    cdp_url: str,
+    work: Callable[[Browser], T],
+    *,
+    artifacts_dir: str | None = None,
+    timeout_ms: float = _CONNECT_MS,
 ) -> T:
     """Connect to the browser at ``cdp_url``, run ``work`` with it on a warm driver's thread,
     disconnect (the browser itself stays up: its sandbox owns it) and return what ``work`` did.
 
     ``artifacts_dir`` is where the browser writes downloads for Playwright to read: a sandboxed
     browser may not see the driver's /tmp (its ``details["artifacts_dir"]`` says where)."""
-
-    def job() -> T:
-        browser = _connect(cdp_url, artifacts_dir)
-        try:
-            return work(browser)
-        finally:
-            browser.close()
-
-    return _POOL.submit(job).result()
+    with Connection(cdp_url, artifacts_dir=artifacts_dir, timeout_ms=timeout_ms) as connection:
+        return connection.run(work)

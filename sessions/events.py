@@ -17,6 +17,20 @@ def run_group(run_id: int) -> str:
     return f"runs.{run_id}"
 
 
+def queue_group(workflow_id: int) -> str:
+    return f"queue.{workflow_id}"
+
+
+def run_live_group(run_id: int) -> str:
+    """The run's viewers: live frames and the control state go here."""
+    return f"runs.{run_id}.live"
+
+
+def run_feed_group(run_id: int) -> str:
+    """The worker holding the run's browser: viewers' presence and input go here."""
+    return f"runs.{run_id}.feed"
+
+
 class RunEventsAvailable(TypedDict):
     type: Literal["run.events"]
     run_id: int
@@ -26,6 +40,24 @@ class RunEventsAvailable(TypedDict):
 class RunChanged(TypedDict):
     type: Literal["runs.changed"]
     run_id: int
+
+
+class QueueChanged(TypedDict):
+    type: Literal["queue.changed"]
+    workflow_id: int
+
+
+def publish_queue_changed(workflow_id: int) -> None:
+    """After commit: a workflow's queue moved (a run joined, left or was dispatched), so the
+    pages of its waiting runs re-read their place."""
+    changed: QueueChanged = {"type": "queue.changed", "workflow_id": workflow_id}
+
+    def send() -> None:
+        layer = get_channel_layer()
+        if layer is not None:
+            async_to_sync(layer.group_send)(queue_group(workflow_id), changed)
+
+    transaction.on_commit(send)
 
 
 def publish_run_events(run_id: int, seq: int) -> None:
@@ -41,3 +73,70 @@ def publish_run_events(run_id: int, seq: int) -> None:
         async_to_sync(layer.group_send)(RUNS_GROUP, changed)
 
     transaction.on_commit(send)
+
+
+# The live view. Frames are the one exception to "URLs, never bytes": they are ephemeral (no row
+# to replay, nothing to reconnect to), at most a few a second, and a file per frame would cost
+# more than the frame. Secret fields are masked before a frame is sent.
+
+
+class LiveFrame(TypedDict):
+    type: Literal["live.frame"]
+    jpeg: bytes
+    width: int
+    height: int
+    device_width: float
+    device_height: float
+    captured_at: float
+    masks: int
+
+
+class LiveStep(TypedDict):
+    type: Literal["live.step"]
+    index: int
+
+
+class LiveControl(TypedDict):
+    """The control state, for every viewer: who has control (or asked for it), or nobody."""
+
+    type: Literal["live.control"]
+    state: Literal["none", "pending", "active"]
+    user_id: int | None
+    username: str
+    note: str
+    # While a person has control: seconds until the run's time limit, which ends the control.
+    seconds_left: int | None
+
+
+class LiveDialog(TypedDict):
+    """A dialog the page opened while a person has control (``kind`` empty: none any more)."""
+
+    type: Literal["live.dialog"]
+    kind: Literal["", "alert", "confirm", "prompt", "beforeunload"]
+    message: str
+    default_prompt: str
+
+
+class LiveWatching(TypedDict):
+    """A viewer says it is there (on connect and every few seconds), or gone."""
+
+    type: Literal["live.watching"]
+    channel: str
+    user_id: int
+    present: bool
+
+
+class LiveRequest(TypedDict):
+    """A viewer with the right asks for control, hands it back, or sends one input."""
+
+    type: Literal["live.request"]
+    channel: str
+    user_id: int
+    username: str
+    action: Literal["take", "release", "input"]
+    input: dict[str, object]
+
+
+class LiveRefused(TypedDict):
+    type: Literal["live.refused"]
+    reason: str

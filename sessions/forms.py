@@ -4,6 +4,7 @@ from typing import Any
 
 from django import forms
 
+from sessions.models import Run
 from workflows.schema import Parameter
 
 
@@ -21,6 +22,14 @@ class LaunchForm(forms.Form):
         self.parameters = parameters
         for parameter in parameters:
             self.fields[f"param_{parameter.name}"] = self._field(parameter)
+        # After the parameters: what the run is about comes first, its place in line second.
+        self.fields["priority"] = forms.ChoiceField(
+            choices=Run.Priority.choices,
+            required=False,
+            initial=Run.Priority.NORMAL,
+            help_text="When this workflow already runs as many runs as it may at once, higher "
+            "priority runs start first, then the oldest.",
+        )
 
     @staticmethod
     def _field(parameter: Parameter) -> forms.Field:
@@ -34,6 +43,8 @@ class LaunchForm(forms.Form):
             return forms.BooleanField(**{**common, "required": False})
         if parameter.type == "enum":
             return forms.ChoiceField(choices=[(c, c) for c in parameter.choices or []], **common)
+        # The same bound the service applies, so the form says it before anything else runs.
+        common["max_length"] = parameter.longest
         if parameter.type == "date":
             return forms.CharField(widget=forms.DateInput(attrs={"type": "date"}), **common)
         if parameter.type in ("number", "money"):
@@ -43,6 +54,11 @@ class LaunchForm(forms.Form):
                 **common,
             )
         return forms.CharField(**common)
+
+    def priority(self) -> int:
+        """The chosen priority (normal when the field was left out)."""
+        raw = str(self.cleaned_data.get("priority") or "")
+        return int(raw) if raw else int(Run.Priority.NORMAL)
 
     def raw_inputs(self) -> dict[str, Any]:
         return {p.name: self.cleaned_data.get(f"param_{p.name}") for p in self.parameters}

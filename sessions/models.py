@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -78,6 +81,8 @@ class Run(models.Model):
         STARTING = "starting", "Starting"
         RUNNING = "running", "Running"
         AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+        # An ``ask`` step waits for a person's answer (a code, a text, a choice).
+        AWAITING_ANSWER = "awaiting_answer", "Waiting for an answer"
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Cancelled"
@@ -87,8 +92,15 @@ class Run(models.Model):
         # the portal and says whether it happened. Never retried automatically.
         NEEDS_RECONCILIATION = "needs_reconciliation", "Needs reconciliation"
 
+    class Priority(models.IntegerChoices):
+        LOW = 0, "Low"
+        NORMAL = 1, "Normal"
+        HIGH = 2, "High"
+
     FINAL = frozenset({"succeeded", "failed", "cancelled", "expired", "interrupted"})
-    ACTIVE = frozenset({"starting", "running", "awaiting_approval"})
+    ACTIVE = frozenset({"starting", "running", "awaiting_approval", "awaiting_answer"})
+    # Waiting for a person, holding no worker: its browser and proxy live on in the sandbox.
+    WAITING_FOR_PEOPLE = frozenset({"awaiting_approval", "awaiting_answer"})
 
     workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="runs")
     version = models.ForeignKey(WorkflowVersion, on_delete=models.PROTECT, related_name="runs")
@@ -121,6 +133,23 @@ class Run(models.Model):
     cancel_requested = models.BooleanField(default=False)
     # The last RunEvent sequence number handed out; bumped under the run's row lock.
     last_event_seq = models.PositiveIntegerField(default=0)
+    # Lowercased inputs and outputs, kept by save(): the runs list's search ("INV-2024-0042")
+    # works the same on SQLite and PostgreSQL without a JSON path per field.
+    search_text = models.TextField(blank=True, default="")
+    # "Run again with these inputs" and "continue from step N": the run this one repeats.
+    rerun_of = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="reruns"
+    )
+    # Continue-from: the step index this run starts at (0: from the beginning).
+    start_index = models.PositiveIntegerField(default=0)
+    # The workflow's queue: a queued run waits for a free slot of its workflow's concurrency
+    # limit, highest priority first, then oldest (sessions.services.runstate.queue_release).
+    priority = models.PositiveSmallIntegerField(choices=Priority.choices, default=Priority.NORMAL)
+    # When a worker was asked to start the run; None while it waits in its workflow's queue.
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    # When housekeeping deleted the run's screenshots and downloads (the retention policy); the
+    # rows keep their hashes, so the evidence bundle still proves what was there.
+    files_pruned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -134,14 +163,41 @@ class Run(models.Model):
         indexes = [
             # The reaper: active runs whose heartbeat went quiet.
             models.Index(fields=["status", "heartbeat_at"], name="run_status_heartbeat"),
+            # The runs list's keyset pages, newest first, optionally within one status or
+            # workflow (sessions.console.run_page).
+            models.Index(fields=["created_at", "id"], name="run_created_keyset"),
+            models.Index(fields=["status", "created_at", "id"], name="run_status_keyset"),
+            models.Index(fields=["workflow", "created_at", "id"], name="run_workflow_keyset"),
+            # Home and triage: failures finished since a moment.
+            models.Index(fields=["status", "finished_at"], name="run_status_finished"),
+            # Home: my runs by status.
+            models.Index(fields=["launched_by", "status"], name="run_launcher_status"),
+            # The queue's next run of a workflow, and a waiting run's place in it.
+            models.Index(
+                fields=["workflow", "-priority", "created_at", "id"],
+                condition=Q(status="queued", dispatched_at=None),
+                name="run_queue_order",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"Run #{self.pk} of {self.workflow}"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.search_text = run_search_text(self.inputs, self.outputs)
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None and {"inputs", "outputs"} & set(update_fields):
+            kwargs["update_fields"] = {*update_fields, "search_text"}
+        super().save(*args, **kwargs)
+
     @property
     def is_final(self) -> bool:
         return self.status in self.FINAL
+
+    @property
+    def waits_for_slot(self) -> bool:
+        """Queued behind its workflow's concurrency limit (not yet handed to a worker)."""
+        return self.status == self.Status.QUEUED and self.dispatched_at is None
 
     @property
     def duration_seconds(self) -> float | None:
@@ -151,6 +207,37 @@ class Run(models.Model):
         if end is None:
             return None
         return (end - self.started_at).total_seconds()
+
+
+def run_search_text(inputs: Any, outputs: Any) -> str:
+    """What the runs list searches: every input and output value (and name), lowercased."""
+    parts: list[str] = []
+    for data in (inputs, outputs):
+        if isinstance(data, dict):
+            for key, value in data.items():
+                text = value if isinstance(value, str) else json.dumps(value, default=str)
+                parts.append(f"{key}={text}")
+    return "\n".join(parts).lower()[:20000]
+
+
+class SavedRunView(models.Model):
+    """A person's named runs-list filter: the query string of the list, kept as typed."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="saved_run_views"
+    )
+    name = models.CharField(max_length=80)
+    query = models.CharField(max_length=1000)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "name"], name="saved_run_view_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class StepResult(models.Model):
@@ -226,3 +313,42 @@ class Artifact(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.filename})"
+
+
+class ControlSession(models.Model):
+    """A person's control of a run's browser between two steps: who, when, and what they did.
+
+    The inputs and a frame a second are the session's evidence (``files_dir`` under the run's
+    files); the audit trail holds its opening and its closing with the inputs.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="control_sessions")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # The step the runner paused before.
+    step_index = models.PositiveIntegerField()
+    opened_at = models.DateTimeField(auto_now_add=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    close_reason = models.CharField(max_length=200, blank=True)
+    # Every input event as sent to the browser (keys typed into secret fields are refused, so
+    # never here), in order.
+    inputs = models.JSONField(default=list, blank=True)
+    navigated = models.BooleanField(default=False)
+    typed = models.BooleanField(default=False)
+    urls = models.JSONField(default=list, blank=True)
+    frames = models.PositiveIntegerField(default=0)
+    # Relative to the run's files directory.
+    files_dir = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["pk"]
+        constraints = [
+            # One controller at a time, whatever the processes that ask.
+            models.UniqueConstraint(
+                fields=["run"],
+                condition=Q(closed_at__isnull=True),
+                name="control_session_one_open_per_run",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Control of run #{self.run_id} by {self.user}"

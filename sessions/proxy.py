@@ -14,6 +14,7 @@ import ipaddress
 import logging
 import re
 import socket
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,8 +33,9 @@ Resolver = Callable[[str, int], list[str]]
 
 MAX_HEADER_BYTES = 64 * 1024
 
-# Chromium talks to Google even with background networking off (component updates, safe browsing,
-# sign-in probes). Those refusals are expected noise: the UI counts them instead of listing them.
+# Chromium's own calls home are switched off at the source (pandaweb.browser's flags and managed
+# policy); what a backend without the policy still sends (sign-in probes, say) is expected noise:
+# audited, but counted on the run page instead of listed.
 DEFAULT_QUIET_HOSTS: tuple[str, ...] = (
     "google.com",
     "*.google.com",
@@ -279,7 +281,6 @@ class _BadRequest(Exception):
 
 _STATUS_TEXT = {
     400: "Bad Request",
-    403: "Forbidden",
     408: "Request Timeout",
     411: "Length Required",
     431: "Request Header Fields Too Large",
@@ -296,7 +297,8 @@ class EgressProxy:
     connection to the origin is opened for the vetted destination only, so reusing it for another
     host is never possible.
 
-    ``on_denied`` runs on the proxy's thread for every refusal, before the 403 is sent: keep it
+    A refused request gets no answer: its connection is reset, so the page sees a network error.
+    ``on_denied`` runs on the proxy's thread for every refusal, before the reset: keep it
     quick (hand the attempt to a queue); what it raises is logged and otherwise ignored.
     """
 
@@ -478,12 +480,11 @@ class EgressProxy:
             )
         except EgressDenied as denied:
             self._report_denied(host, port, method, denied.decision.reason)
-            await _send_error(
-                writer,
-                403,
-                f"blocked by pandaweb egress policy: {denied.decision.reason}",
-                blocked=True,
-            )
+            # No answer at all, only a reset: any HTTP answer (a 403 included) is a success to a
+            # no-cors fetch, an <img> or a beacon, so a page would believe its data went out.
+            # A reset makes every kind of request fail as a network error; the refusal and its
+            # reason live in the run's records, not in a response the page could read.
+            _reset(writer)
             return
 
         try:
@@ -761,9 +762,16 @@ async def _close(writer: asyncio.StreamWriter) -> None:
         writer.transport.abort()
 
 
-async def _send_error(
-    writer: asyncio.StreamWriter, status: int, message: str, *, blocked: bool = False
-) -> None:
+def _reset(writer: asyncio.StreamWriter) -> None:
+    # SO_LINGER with a zero timeout turns the close into a TCP reset instead of an orderly end.
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+async def _send_error(writer: asyncio.StreamWriter, status: int, message: str) -> None:
     body = (message + "\n").encode("utf-8")
     head = [
         f"HTTP/1.1 {status} {_STATUS_TEXT.get(status, 'Error')}",
@@ -771,8 +779,6 @@ async def _send_error(
         f"Content-Length: {len(body)}",
         "Connection: close",
     ]
-    if blocked:
-        head.append("X-Pandaweb-Blocked: 1")
     with contextlib.suppress(ConnectionError, RuntimeError):
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("ascii") + body)
         await asyncio.wait_for(writer.drain(), 5)

@@ -12,6 +12,7 @@ sentences say "a secret", observations and screenshots are masked, error texts a
 from __future__ import annotations
 
 import base64
+import contextlib
 import fnmatch
 import hashlib
 import hmac
@@ -30,15 +31,18 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from sessions import observation as observing
-from sessions.driver import with_browser
+from sessions.driver import Connection, connect_timeout_ms, with_browser
+from sessions.outcomes import ResponseWatch, visible_refusals
 from workflows.schema import (
     STEP_ADAPTER,
+    AskStep,
     AssertStep,
     CheckStep,
     ClickStep,
     CompareCheck,
     CountCheck,
     DownloadStep,
+    Expect,
     ExtractField,
     ExtractStep,
     FillStep,
@@ -53,6 +57,8 @@ from workflows.schema import (
     UncheckStep,
     UrlCheck,
     WaitForStep,
+    WaitStep,
+    ask_audience,
     describe_step,
     references,
 )
@@ -69,8 +75,93 @@ _TARGET_IDENTITY = """e => ({
   text: (e.innerText || e.value || '').trim().slice(0, 200),
   form_action: e.form ? (e.form.getAttribute('action') || '') : '',
 })"""
+# Credential fields that are not secret: shown where they are typed, never masked.
+PUBLIC_CREDENTIAL_FIELDS = frozenset({"username"})
+# A reference in a workflow's text, as people wrote it: ``{{ params.invoice }}``.
+_REFERENCE = re.compile(
+    r"\{\{\s*(params|secrets|outputs)\.([a-z][a-z0-9_-]*)(?:\.([a-z_]+))?\s*\}\}"
+)
+# What covers the middle of an element: the nearest dialog (or named region) around what is
+# there, a dialog inside it (a backdrop holding a modal), else the element itself. Described the
+# way people see it: a role and a name, heading or label.
+_COVERED_BY = r"""(e, point) => {
+  let x, y, root;
+  if (point) { [x, y] = point; root = document; } else {
+    const r = e.getBoundingClientRect();
+    x = r.left + r.width / 2; y = r.top + r.height / 2;
+    root = e.getRootNode && e.getRootNode().elementFromPoint ? e.getRootNode() : e.ownerDocument;
+  }
+  const hit = root.elementFromPoint(x, y);
+  if (!hit) return null;
+  if (point) { if (hit.tagName === 'IFRAME' || hit.tagName === 'FRAME') return null; }
+  else if (hit === e || e.contains(hit) || hit.contains(e)) return null;
+  const words = t => (t || '').replace(/\s+/g, ' ').trim();
+  const firstLine = el => words((el.innerText || el.textContent || '').split('\n').find(
+    l => l.trim()) || '');
+  const nameOf = el => {
+    const label = words(el.getAttribute('aria-label'));
+    if (label) return label;
+    const ids = words(el.getAttribute('aria-labelledby'));
+    if (ids) {
+      const doc = el.ownerDocument;
+      const text = words(ids.split(' ').map(id => {
+        const n = doc.getElementById(id); return n ? n.textContent : '';
+      }).join(' '));
+      if (text) return text;
+    }
+    const heading = el.querySelector('h1,h2,h3,h4,h5,h6,[role=heading],legend');
+    if (heading && words(heading.textContent)) return words(heading.textContent);
+    return firstLine(el);
+  };
+  const dialog = el => {
+    const role = el.getAttribute('role');
+    if (role === 'alertdialog') return 'alert dialog';
+    if (role === 'dialog' || el.getAttribute('aria-modal') === 'true') return 'dialog';
+    if (el.tagName === 'DIALOG') return 'dialog';
+    return '';
+  };
+  const REGIONS = ['region', 'banner', 'complementary', 'contentinfo', 'navigation', 'alert',
+    'status', 'form', 'menu', 'listbox', 'tooltip'];
+  for (let el = hit; el; el = el.parentElement || (el.getRootNode().host || null)) {
+    if (dialog(el)) return {kind: dialog(el), name: nameOf(el)};
+    const role = el.getAttribute('role');
+    if (REGIONS.includes(role) && (el.getAttribute('aria-label') ||
+        el.getAttribute('aria-labelledby'))) return {kind: role, name: nameOf(el)};
+  }
+  const inner = hit.querySelector(
+    '[role=dialog],[role=alertdialog],[aria-modal=true],dialog[open]');
+  if (inner) return {kind: dialog(inner) || 'dialog', name: nameOf(inner)};
+  const TAGS = {A: 'link', BUTTON: 'button', IMG: 'image', INPUT: 'field', SELECT: 'dropdown',
+    TEXTAREA: 'field', HEADER: 'banner', FOOTER: 'footer', ASIDE: 'panel', NAV: 'navigation',
+    IFRAME: 'frame'};
+  const kind = hit.getAttribute('role') || TAGS[hit.tagName] || 'element';
+  let name = nameOf(hit);
+  if (!name && kind === 'element') {
+    const cls = words(hit.getAttribute('class')).split(' ')[0];
+    name = '<' + hit.tagName.toLowerCase() + (hit.id ? '#' + hit.id : cls ? '.' + cls : '') + '>';
+  }
+  return {kind, name};
+}"""
+# The words of an error page: its main heading and the paragraph that follows it.
+_ERROR_PAGE_WORDS = """() => {
+  const h = document.querySelector('main h1, h1');
+  if (!h) return '';
+  const clean = t => (t || '').replace(/\\s+/g, ' ').trim();
+  let next = h.nextElementSibling;
+  while (next && !clean(next.innerText)) next = next.nextElementSibling;
+  const words = [clean(h.innerText), next ? clean(next.innerText) : ''];
+  return words.filter(Boolean).join(': ').slice(0, 400);
+}"""
+# How Chromium reports a connection the egress proxy cut (plain HTTP, then a CONNECT tunnel).
+_CONNECTION_CUT = (
+    "ERR_CONNECTION_RESET",
+    "ERR_EMPTY_RESPONSE",
+    "ERR_TUNNEL_CONNECTION_FAILED",
+    "ERR_PROXY_CONNECTION_FAILED",
+)
 # Steps that look at the page without sending it any input.
-READ_ONLY_STEPS = (WaitForStep, ExtractStep, AssertStep, ScreenshotStep)
+READ_ONLY_STEPS = (WaitForStep, WaitStep, ExtractStep, AssertStep, ScreenshotStep)
+READ_ONLY_TYPES = frozenset({"wait_for", "wait", "extract", "assert", "screenshot"})
 # The whole reason a forked run gives when it woke up logged out; people act on these words.
 STALE_SESSION = "session template is stale — re-bake"
 # A blank page served in place of an origin while its local storage is restored: nothing of the
@@ -80,6 +171,15 @@ _BLANK = "<!doctype html><title>restoring</title>"
 
 class StepFailed(Exception):
     """A step could not do what it says; the message is for people."""
+
+
+class Refused(StepFailed):
+    """The portal said no, in the words it showed (or the HTTP status it answered)."""
+
+
+class Unconfirmed(StepFailed):
+    """An irreversible action was performed and the portal showed neither its expected outcome
+    nor a refusal: it may or may not have happened."""
 
 
 @dataclass(frozen=True)
@@ -110,8 +210,21 @@ class StepRecord:
     # What the numbered overlay is drawn from; the sink draws it (and the thumbnail) off the
     # runner's path, since the browser does not need to wait for Pillow.
     elements: tuple[observing.Element, ...] = ()
+    # What the page showed, not yet built into ``observation`` and ``elements``: the writer does
+    # that (``sessions.recording.finish``), off the runner's path.
+    pending: observing.Snapshot | None = None
     outputs: dict[str, Any] = field(default_factory=dict)
     artifacts: list[ArtifactFile] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """The evidence of the last step, and the page's change mark when it was taken."""
+
+    page: Page
+    mark: str | None
+    taken: observing.Snapshot
+    screenshot: bytes | None
 
 
 @dataclass(frozen=True)
@@ -120,6 +233,15 @@ class SessionCheck:
 
     url: str
     logged_in: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A person's answer to the ``ask`` step at ``index`` (a code in clear, in memory only)."""
+
+    index: int
+    value: str
+    answerer: str
 
 
 @dataclass(frozen=True)
@@ -147,12 +269,15 @@ class RunPlan:
     storage_state: dict[str, Any] | None = None
     baking: bool = False
     capture_state: bool = False
+    # The answer to the ask step the run waited at: the run goes on from that step.
+    answer: Answer | None = None
 
 
 Status = Literal[
     "succeeded",
     "failed",
     "approval_required",
+    "answer_required",
     "cancelled",
     "expired",
     # An irreversible action was started and did not finish cleanly: it may have happened.
@@ -171,6 +296,20 @@ class Gate:
 
 
 @dataclass(frozen=True)
+class Question:
+    """What an ask step asks, its references filled in (secrets masked), and who may answer."""
+
+    step_index: int
+    step_id: str
+    text: str
+    answer: Literal["text", "code", "choice"]
+    options: tuple[str, ...]
+    save_as: str
+    answered_by: str
+    timeout_minutes: int
+
+
+@dataclass(frozen=True)
 class RunOutcome:
     status: Status
     reason: str = ""
@@ -179,10 +318,33 @@ class RunOutcome:
     outputs: dict[str, Any] = field(default_factory=dict)
     steps_executed: int = 0
     gate: Gate | None = None
+    question: Question | None = None
     # A fork that woke up logged out: what the check saw (the reason is STALE_SESSION).
     session_stale: str = ""
     # A bake's capture: cookies and local storage, as secret as the password that made them.
     storage_state: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class HandBack:
+    """What a person did while they had control of the browser between two steps."""
+
+    by: str
+    inputs: int
+    navigated: bool
+    typed: bool
+    urls: tuple[str, ...] = ()
+    # The dialogs the page opened meanwhile and what became of them, in words.
+    dialogs: tuple[str, ...] = ()
+
+
+class Pause(Protocol):
+    def hold(self, index: int, stop: Callable[[], str | None], deadline: float) -> HandBack | None:
+        """Called before step ``index``: block while a person has control of the browser and
+        return what they did, or None at once when nobody asked for control. Returns early
+        when ``stop`` gives a reason or at ``deadline`` (the run's time limit, epoch
+        seconds)."""
+        ...
 
 
 class RunSink(Protocol):
@@ -192,12 +354,47 @@ class RunSink(Protocol):
         """Durably record the intent to perform the approved action; raise to forbid it."""
         ...
 
-    def action_finished(self, index: int) -> None:
-        """Durably record that the approved action completed."""
+    def action_finished(self, index: int, result: str = "") -> None:
+        """Durably record that the approved action completed (``result``: how the portal
+        showed it, and what a dialog it opened said)."""
+        ...
+
+    def action_refused(self, index: int, reason: str) -> None:
+        """Durably record that the portal refused the approved action: it was not done."""
         ...
 
     def stop_reason(self) -> str | None:
         """A reason to stop before the next step (the run was cancelled), or None."""
+
+
+def secret_values_of(secrets: dict[str, dict[str, str]]) -> list[str]:
+    """The values masked everywhere (longest first): every credential field but a username."""
+    return sorted(
+        {
+            value
+            for fields in secrets.values()
+            for name, value in fields.items()
+            if value and name not in PUBLIC_CREDENTIAL_FIELDS
+        },
+        key=len,
+        reverse=True,
+    )
+
+
+def secret_targets(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fields a workflow types secrets into (a login's password, a fill of a secret), as
+    target data: nobody but the runner types there, and nobody sees what they hold."""
+    targets: list[dict[str, Any]] = []
+    for data in steps:
+        step = STEP_ADAPTER.validate_python(data)
+        if isinstance(step, LoginStep):
+            targets.append(step.password.model_dump(exclude_defaults=True))
+        elif isinstance(step, FillStep) and any(
+            namespace == "secrets" and sub not in PUBLIC_CREDENTIAL_FIELDS
+            for namespace, _, sub in references(step.value)
+        ):
+            targets.append(step.target.model_dump(exclude_defaults=True))
+    return targets
 
 
 def totp_code(seed: str, *, at: float | None = None, digits: int = 6, period: int = 30) -> str:
@@ -211,26 +408,56 @@ def totp_code(seed: str, *, at: float | None = None, digits: int = 6, period: in
 
 
 class Runner:
-    def __init__(self, plan: RunPlan, sink: RunSink) -> None:
+    def __init__(self, plan: RunPlan, sink: RunSink, pause: Pause | None = None) -> None:
         self.plan = plan
         self.sink = sink
+        self.pause = pause
+        # Who had control of the browser during this run, and what they did: shown with the
+        # next irreversible step's evidence.
+        self._operators: list[dict[str, Any]] = []
         self.outputs: dict[str, Any] = dict(plan.outputs)
-        self.secret_values = sorted(
-            {v for fields in plan.secrets.values() for v in fields.values() if v},
-            key=len,
-            reverse=True,
-        )
+        # What is masked everywhere: passwords, seeds, tokens (and the codes made from seeds, as
+        # they are typed). A username is no secret: people need to see who the robot logged in as.
+        self.secret_values = secret_values_of(plan.secrets)
         self._pages: list[Page] = []
         self._notes: list[str] = []
         # What this run typed into which field (secrets masked), for the approval evidence.
         self._filled: list[dict[str, Any]] = list((plan.approved_evidence or {}).get("filled", []))
-        # The last step's (snapshot, screenshot), to reuse when a read-only step changed nothing.
-        self._last_capture: tuple[str, bytes] | None = None
+        # The last step's evidence, to reuse when a read-only step finds the page unchanged.
+        self._last_capture: _Seen | None = None
+        self._watches: dict[int, observing.PageWatch] = {}
+        # The refusal messages visible when the last step ended: only a new one is a step's.
+        self._known_refusals: set[str] | None = None
+        # What the current step does with a dialog it opens, and the dialogs it saw.
+        self._dialog_plan: ClickStep | None = None
+        self._dialogs: list[dict[str, str]] = []
+        self._unexpected_dialogs: list[str] = []
+        self._control_dialogs = False
+        # How the current step ended when it did not simply succeed or fail.
+        self._verdict: Literal["", "refused", "unconfirmed"] = ""
+        self._baseline: set[str] = set()
+        # One-time codes people answered, by output name: typed into fields, masked everywhere,
+        # and gone with this runner (never in ``outputs``, which are stored).
+        self._codes: dict[str, str] = {}
+        self._code_names = {
+            step["save_as"]
+            for step in plan.steps
+            if step.get("type") == "ask" and step.get("answer") == "code"
+        }
 
     # The loop ------------------------------------------------------------------------------
 
     def run(self, cdp_url: str, *, artifacts_dir: str | None = None) -> RunOutcome:
-        return with_browser(cdp_url, self._run, artifacts_dir=artifacts_dir)
+        return with_browser(
+            cdp_url,
+            self._run,
+            artifacts_dir=artifacts_dir,
+            timeout_ms=connect_timeout_ms(self.plan.time_scale),
+        )
+
+    def run_on(self, connection: Connection) -> RunOutcome:
+        """``run`` on a connection opened ahead of time."""
+        return connection.run(self._run)
 
     def _run(self, browser: Browser) -> RunOutcome:
         context = browser.contexts[0] if browser.contexts else browser.new_context()
@@ -278,8 +505,6 @@ class Runner:
             raise StepFailed(
                 f"the logged-in check could not open {check.url}: {_first_line(str(exc))}"
             ) from None
-        if response is not None and response.headers.get("x-pandaweb-blocked"):
-            raise StepFailed(f"{check.url} is blocked by the egress policy")
         if response is not None and response.status >= 500:
             raise StepFailed(f"the logged-in check: {page.url} answered HTTP {response.status}")
         try:
@@ -299,6 +524,13 @@ class Runner:
             stop = self.sink.stop_reason()
             if stop:
                 return self._outcome("cancelled", stop, index, executed)
+            if self.pause is not None:
+                handed = self.pause.hold(index, self.sink.stop_reason, self.plan.deadline)
+                if handed is not None:
+                    self._handed_back(handed)
+                stop = self.sink.stop_reason()
+                if stop:
+                    return self._outcome("cancelled", stop, index, executed)
             if time.time() >= self.plan.deadline:
                 return self._outcome(
                     "expired", "the run's time limit was reached", index, executed, step
@@ -311,11 +543,25 @@ class Runner:
                     executed,
                     step,
                 )
+            if isinstance(step, AskStep):
+                answer = self.plan.answer
+                if answer is None or answer.index != index:
+                    question = self._question(index, step)
+                    return self._outcome(
+                        "answer_required",
+                        f"step {index + 1} waits for {ask_audience(step.answered_by)} to answer: "
+                        f"{question.text}",
+                        index, executed, step, question=question,
+                    )  # fmt: skip
+                record = self._answered(index, step, answer)
+                executed += 1
+                self.sink.step_finished(record)
+                continue
             if step.irreversible:
                 try:
                     gate = self._gate(index, step)
                 except (StepFailed, PlaywrightError) as exc:
-                    reason = self._scrub(_first_line(str(exc)))
+                    reason = self._words(_first_line(str(exc)))
                     return self._outcome(
                         "failed",
                         f"could not gather the approval evidence for step {index + 1}: {reason}",
@@ -334,17 +580,23 @@ class Runner:
                 self.sink.action_starting(index)
                 record = self._execute(context, index, step)
                 executed += 1
+                if record.status == "failed" and self._verdict == "refused":
+                    # The portal said no: nothing happened, so nothing to reconcile, and
+                    # nothing is retried either.
+                    self.sink.action_refused(index, record.error)
+                    self.sink.step_finished(record)
+                    return self._outcome("failed", record.error, index, executed, step)
                 if record.status == "failed":
                     self.sink.step_finished(record)
-                    return self._outcome(
-                        "action_uncertain",
-                        f"the approved action failed half way and may have happened: "
-                        f"{record.error}",
-                        index,
-                        executed,
-                        step,
+                    why = (
+                        "the approved action was performed but the portal did not confirm it"
+                        if self._verdict == "unconfirmed"
+                        else "the approved action failed half way and may have happened"
                     )
-                self.sink.action_finished(index)
+                    return self._outcome(
+                        "action_uncertain", f"{why}: {record.error}", index, executed, step
+                    )
+                self.sink.action_finished(index, self._action_result(step))
                 self.sink.step_finished(record)
                 continue
             record = self._execute(context, index, step)
@@ -359,6 +611,27 @@ class Runner:
                 return self._outcome("failed", record.error, index, executed, step)
         return self._outcome("succeeded", "", len(self.plan.steps), executed)
 
+    def _handed_back(self, handed: HandBack) -> None:
+        """A person had the browser: nothing seen before is known to hold now. The next step
+        observes afresh, and an approval given before the take-over no longer covers its
+        action (the person may have changed what the reviewers saw)."""
+        self._last_capture = None
+        self._known_refusals = None
+        self._watches.clear()
+        self._drain_control_dialogs()
+        operator: dict[str, Any] = {
+            "by": handed.by,
+            "inputs": handed.inputs,
+            "navigated": handed.navigated,
+            "typed": handed.typed,
+            "urls": [self._scrub(url) for url in handed.urls],
+        }
+        if handed.dialogs:
+            operator["dialogs"] = [self._scrub(words) for words in handed.dialogs]
+        self._operators.append(operator)
+        if handed.inputs:
+            self.plan = replace(self.plan, approved_index=None)
+
     def _outcome(
         self,
         status: Status,
@@ -368,6 +641,7 @@ class Runner:
         step: StepBase | None = None,
         *,
         gate: Gate | None = None,
+        question: Question | None = None,
     ) -> RunOutcome:
         return RunOutcome(
             status=status,
@@ -377,41 +651,90 @@ class Runner:
             outputs=dict(self.outputs),
             steps_executed=executed,
             gate=gate,
+            question=question,
         )
+
+    # Asking a person -------------------------------------------------------------------------
+
+    def _question(self, index: int, step: AskStep) -> Question:
+        return Question(
+            step_index=index,
+            step_id=step.id,
+            text=self._words(step.question),
+            answer=step.answer,
+            options=tuple(step.options),
+            save_as=step.save_as,
+            answered_by=step.answered_by,
+            timeout_minutes=step.timeout_minutes,
+        )
+
+    def _answered(self, index: int, step: AskStep, answer: Answer) -> StepRecord:
+        """The ask step's record, once answered: the answer becomes an output (a code only in
+        this runner's memory, masked from now on)."""
+        clock = time.monotonic()
+        record = StepRecord(
+            index=index,
+            step_id=step.id,
+            step_type=step.type,
+            sentence=self._words(f"{describe_step(step)} — answered by {answer.answerer}"),
+            status="succeeded",
+            started_at=datetime.now(UTC),
+            duration_ms=0,
+        )
+        if step.answer == "code":
+            self._codes[step.save_as] = self._secret(answer.value)
+        else:
+            self.outputs[step.save_as] = answer.value
+            record.outputs[step.save_as] = answer.value
+        self._capture(record, touched_page=False)
+        record.duration_ms = int((time.monotonic() - clock) * 1000)
+        return record
 
     # The approval gate -----------------------------------------------------------------------
 
     def _gate(self, index: int, step: StepBase) -> Gate | None:
         """The gate in front of irreversible step ``index``, or None when it may act now: it was
         approved and the page still shows what the reviewers saw."""
-        evidence, screenshot = self._evidence(index, step)
         approved = self.plan.approved_evidence
         if index != self.plan.approved_index or approved is None:
+            evidence, screenshot = self._evidence(index, step)
             return Gate(evidence=evidence, screenshot=screenshot)
+        # Everything evidence_changes compares, read without the pictures and the observation:
+        # those are for a new request only, and the reviewer is waiting for the action.
+        current = self._compared(step, waiting=False)
+        if current is not None and not evidence_changes(approved, current):
+            return None
+        evidence, screenshot = self._evidence(index, step)
         changes = evidence_changes(approved, evidence)
         if changes:
             return Gate(evidence=evidence, screenshot=screenshot, changes=tuple(changes))
         return None
 
-    def _evidence(self, index: int, step: StepBase) -> tuple[dict[str, Any], bytes]:
+    def _compared(self, step: StepBase, *, waiting: bool) -> dict[str, Any] | None:
+        """The evidence that decides whether an approval still holds: the address, the target's
+        identity, the values this run typed that are still on the page, the page's text.
+
+        ``waiting=False`` reads what is there now and returns None when the target does not
+        match exactly one element (the full evidence then waits, or says why it cannot)."""
         page = self.page
         page.wait_for_load_state("domcontentloaded", timeout=self._scaled(5_000))
-        seen = observing.capture(page, secret_values=self.secret_values)
         target: dict[str, Any] | None = None
         targets = step.targets()
         if targets:
             located = self._locate(page, targets[0])
-            identity = located.evaluate(_TARGET_IDENTITY, timeout=self._scaled(5_000))
-            box = located.bounding_box(timeout=self._scaled(5_000))
+            # One round trip for every match: a strict locator's evaluate first waits for its
+            # element through several more.
+            found = located.evaluate_all(f"elements => elements.map({_TARGET_IDENTITY})")
+            if len(found) == 1:
+                identity = found[0]
+            elif waiting:
+                identity = located.evaluate(_TARGET_IDENTITY, timeout=self._scaled(5_000))
+            else:
+                return None
             target = {
-                "description": targets[0].describe(),
+                "description": self._words(targets[0].describe()),
                 **{key: self._scrub(str(value)) for key, value in identity.items()},
-                "box": box,
             }
-        # Lossless: this picture is what a person signs off on.
-        screenshot = page.screenshot(
-            type="png", mask=seen.masks or None, caret="initial", timeout=self._scaled(10_000)
-        )
         text = page.evaluate("() => document.body ? document.body.innerText : ''")
         url = self._scrub(page.url)
         filled = []
@@ -431,19 +754,44 @@ class Runner:
                 except PlaywrightError:
                     entry["on_page"] = None
             filled.append(entry)
+        return {
+            "url": url,
+            "target": target,
+            "filled": filled,
+            "page_text": self._scrub(" ".join(str(text).split()))[:PAGE_TEXT_LIMIT],
+        }
+
+    def _evidence(self, index: int, step: StepBase) -> tuple[dict[str, Any], bytes]:
+        compared = self._compared(step, waiting=True)
+        assert compared is not None  # a waiting read raises rather than give up
+        page = self.page
+        seen = observing.capture(page, secret_values=self.secret_values)
+        targets = step.targets()
+        if compared["target"] is not None:
+            located = self._locate(page, targets[0])
+            compared["target"]["box"] = located.bounding_box(timeout=self._scaled(5_000))
+        # Lossless: this picture is what a person signs off on.
+        screenshot = page.screenshot(
+            type="png", mask=seen.masks or None, caret="initial", timeout=self._scaled(10_000)
+        )
         evidence = {
             "step_index": index,
             "step_id": step.id,
-            "action": f"{describe_step(step).removesuffix(' — irreversible')} on {url}",
-            "url": url,
+            **compared,
+            "action": self._words(
+                f"{describe_step(step).removesuffix(' — irreversible')} on {compared['url']}"
+            ),
+            # What the runner waits for before calling the action done (and what it does with a
+            # confirm() the click opens): reviewers approve the action with its success test.
+            "expect": self._expect_words(step.expect) if step.expect else "",
+            "dialog": step.dialog or "" if isinstance(step, ClickStep) else "",
             "title": seen.observation.title,
-            "target": target,
-            "filled": filled,
             "inputs": dict(self.plan.inputs),
             "outputs": {key: _plain(value) for key, value in self.outputs.items()},
-            "page_text": self._scrub(" ".join(str(text).split()))[:PAGE_TEXT_LIMIT],
             "observation": seen.observation.to_dict(),
         }
+        if self._operators:
+            evidence["operators"] = list(self._operators)
         return evidence, screenshot
 
     def _watch(self, context: BrowserContext) -> None:
@@ -455,12 +803,47 @@ class Runner:
     def _new_page(self, page: Page) -> None:
         # A click that opens a tab moves the robot to it, as it would a person.
         self._pages.append(page)
-        # A confirm() the workflow did not plan for is declined: never say yes on our behalf.
         page.on("dialog", self._dialog)
 
+    def _drain_control_dialogs(self) -> None:
+        """Let Playwright deliver what it received while a person had the browser: a dialog
+        they answered (or that was dismissed at the hand-back) is theirs, not the next step's.
+        Sync Playwright delivers events only inside a call, in the order they came, so one
+        round trip brings every earlier one."""
+        self._control_dialogs = True
+        try:
+            with contextlib.suppress(PlaywrightError, StepFailed):
+                self.page.evaluate("0")
+        finally:
+            self._control_dialogs = False
+
     def _dialog(self, dialog: Any) -> None:
-        self._notes.append(f"a {dialog.type} dialog said '{dialog.message[:200]}' — dismissed")
-        dialog.dismiss()
+        """Answer a confirm()/alert()/prompt() as the current click step says. One the workflow
+        did not plan for is declined (never say yes on its behalf) and fails the step."""
+        if self._control_dialogs:
+            # Opened while a person had control: they answered it, or the hand-back
+            # dismissed it (the control session records which).
+            with contextlib.suppress(PlaywrightError):
+                dialog.dismiss()
+            return
+        message = self._scrub(" ".join(str(dialog.message).split())[:500])
+        plan = self._dialog_plan
+        try:
+            if plan is not None and plan.dialog == "accept":
+                if dialog.type == "prompt":
+                    text = self._text(plan.prompt_text) if plan.prompt_text is not None else None
+                    dialog.accept(text if text is not None else dialog.default_value)
+                else:
+                    dialog.accept()
+                action = "accepted"
+            else:
+                dialog.dismiss()
+                action = "dismissed"
+        except PlaywrightError:
+            action = "gone before it was answered"
+        self._dialogs.append({"type": dialog.type, "message": message, "action": action})
+        if plan is None:
+            self._unexpected_dialogs.append(f"a {dialog.type} dialog saying '{message}'")
 
     @property
     def page(self) -> Page:
@@ -479,14 +862,28 @@ class Runner:
             index=index,
             step_id=step.id,
             step_type=step.type,  # type: ignore[attr-defined]
-            sentence=describe_step(step),
+            sentence=self._words(describe_step(step)),
             status="succeeded",
             started_at=started,
             duration_ms=0,
         )
         timeout = self._timeout(step)
+        self._verdict = ""
+        self._dialogs, self._unexpected_dialogs = [], []
+        self._dialog_plan = step if isinstance(step, ClickStep) and step.dialog else None
         try:
-            self._act(step, record, timeout)
+            baseline = self._baseline = self._refusal_baseline()
+            with ResponseWatch(context) as watch:
+                self._act(step, record, timeout)
+                self._after(step, baseline, watch, timeout)
+        except Refused as exc:
+            self._verdict = "refused"
+            record.status = "failed"
+            record.error = self._scrub(f"the portal refused: {exc}")
+        except Unconfirmed as exc:
+            self._verdict = "unconfirmed"
+            record.status = "failed"
+            record.error = self._scrub(str(exc))
         except StepFailed as exc:
             record.status = "failed"
             record.error = self._scrub(str(exc))
@@ -499,9 +896,131 @@ class Runner:
         if self._notes:
             note = "; ".join(self._notes)
             record.error = f"{record.error} ({note})" if record.error else note
-        self._capture(record, touched_page=not isinstance(step, READ_ONLY_STEPS))
+        record.error = self._words(record.error)
+        following = self.plan.steps[index + 1 : index + 2]
+        self._capture(
+            record,
+            touched_page=not isinstance(step, READ_ONLY_STEPS),
+            # Only a read-only step can reuse this evidence: mark the page for it alone.
+            watch=isinstance(step, READ_ONLY_STEPS)
+            or any(s.get("type") in READ_ONLY_TYPES for s in following),
+        )
+        if self._dialogs:
+            record.observation = {**(record.observation or {}), "dialogs": list(self._dialogs)}
+        self._dialog_plan = None
+        try:
+            self._known_refusals = set(visible_refusals(self.page))
+        except (StepFailed, PlaywrightError):
+            self._known_refusals = None
         record.duration_ms = int((time.monotonic() - clock) * 1000)
         return record
+
+    # Outcomes and refusals -------------------------------------------------------------------
+
+    def _refusal_baseline(self) -> set[str]:
+        if self._known_refusals is not None:
+            return self._known_refusals
+        return set(visible_refusals(self.page))
+
+    def _new_refusals(self, baseline: set[str]) -> list[str]:
+        return [m for m in visible_refusals(self.page) if m not in baseline]
+
+    def _after(
+        self, step: StepBase, baseline: set[str], watch: ResponseWatch, timeout: float
+    ) -> None:
+        """What the portal answered to the step that just acted: a dialog nobody planned for
+        or a new refusal fails it; an expected outcome is waited for until seen or refused."""
+        if self._unexpected_dialogs:
+            raise StepFailed(
+                f"the page opened {'; '.join(self._unexpected_dialogs)}, which this step does "
+                "not expect (it was dismissed; a click step may say dialog: accept or dismiss)"
+            )
+        if step.expect is not None:
+            self._await_outcome(step.expect, baseline, watch, timeout)
+            return
+        if isinstance(step, GotoStep):
+            # Opening a page sends it nothing to refuse: its standing messages (a maintenance
+            # notice) are part of it, and become the next step's baseline.
+            return
+        new = self._new_refusals(baseline)
+        if new:
+            raise Refused("; ".join(new))
+
+    def _await_outcome(
+        self, expect: Expect, baseline: set[str], watch: ResponseWatch, timeout: float
+    ) -> None:
+        """Poll until the portal shows ``expect`` (done) or a refusal (Refused); neither within
+        ``timeout`` ms raises Unconfirmed. A refusal is looked for first: its words may contain
+        the expected text ("already approved")."""
+        clock = time.monotonic()
+        failed_at: float | None = None
+        # After a 4xx/5xx answer, how long to wait for the page to say why in its own words.
+        grace = self._scaled(1_000) / 1000
+        while True:
+            page = self.page
+            new = self._new_refusals(baseline)
+            if new:
+                raise Refused("; ".join(new))
+            now = time.monotonic()
+            if watch.failed:
+                failed_at = failed_at if failed_at is not None else now
+                if now - failed_at >= grace or (now - clock) * 1000 >= timeout:
+                    raise Refused(self._http_refusal(page, watch))
+            elif self._outcome_seen(page, expect):
+                return
+            if (now - clock) * 1000 >= timeout:
+                raise Unconfirmed(
+                    f"the portal showed neither the expected outcome "
+                    f"({self._expect_words(expect)}) nor a refusal within {int(timeout)} ms "
+                    f"(the browser is at {page.url})"
+                )
+            page.wait_for_timeout(100)
+
+    def _outcome_seen(self, page: Page, expect: Expect) -> bool:
+        try:
+            if expect.url is not None:
+                return _glob_match(page.url, self._text(expect.url))
+            if expect.text is not None:
+                return page.get_by_text(self._text(expect.text)).first.is_visible()
+            assert expect.target is not None
+            return self._locate(page, expect.target, strict=False).first.is_visible()
+        except PlaywrightError:
+            return False  # the page is between documents: look again
+
+    def _http_refusal(self, page: Page, watch: ResponseWatch) -> str:
+        failure = watch.failed[0]
+        said = failure.describe()
+        if failure.response is None:
+            # An error page: its heading and first paragraph are the portal's words.
+            try:
+                words = page.evaluate(_ERROR_PAGE_WORDS)
+            except PlaywrightError:
+                words = ""
+            if words:
+                said = f"{words} ({said})"
+        return said
+
+    def _expect_words(self, expect: Expect) -> str:
+        """The expected outcome with this run's values in it."""
+        try:
+            if expect.text is not None:
+                return f"the page shows '{self._text(expect.text)}'"
+            if expect.url is not None:
+                return f"the address matches {self._text(expect.url)}"
+        except StepFailed:
+            pass
+        return expect.describe()
+
+    def _action_result(self, step: StepBase) -> str:
+        parts = []
+        if step.expect is not None:
+            parts.append(
+                f"the portal showed the expected outcome: {self._expect_words(step.expect)}"
+            )
+        parts += [
+            f"the {d['type']} dialog said '{d['message']}' — {d['action']}" for d in self._dialogs
+        ]
+        return "; ".join(parts)
 
     def _timeout(self, step: StepBase) -> float:
         remaining_ms = (self.plan.deadline - time.time()) * 1000
@@ -510,50 +1029,99 @@ class Runner:
     def _scaled(self, ms: float) -> float:
         return float(ms) * self.plan.time_scale
 
-    def _capture(self, record: StepRecord, *, touched_page: bool) -> None:
+    def _capture(self, record: StepRecord, *, touched_page: bool, watch: bool = True) -> None:
+        """Take the step's evidence: only what must be read at this instant (the serialised
+        page, the masks, the picture). The numbered observation is built later by the writer
+        (``sessions.recording.finish``), off the runner's path."""
         try:
             page = self.page
             page.wait_for_load_state("domcontentloaded", timeout=self._scaled(5_000))
         except (StepFailed, PlaywrightError):
             return
         try:
-            seen = observing.capture(page, secret_values=self.secret_values)
-            record.url = page.url
-            record.title = seen.observation.title
-            record.observation = seen.observation.to_dict()
-            record.observation_chars = seen.observation.size_chars
-            record.observation_tokens = seen.observation.token_estimate
-            record.elements = seen.observation.elements
+            watcher = self._watcher(page)
+            mark = watcher.mark() if watch else None
             last = self._last_capture
-            if not touched_page and last is not None and last[0] == seen.snapshot:
-                # Same URL, controls, texts and layout as the last picture, and this step sent no
-                # input: that picture shows this moment too, and costs nothing to take again.
-                record.screenshot = last[1]
-            else:
+            if (
+                not touched_page
+                and mark is not None
+                and last is not None
+                and last.page is page
+                and last.mark == mark
+            ):
+                # Same document, no mutation, input or scroll since the last picture, and this
+                # step sent no input: that evidence shows this moment too, at no cost.
+                record.url = last.taken.url
+                record.title = last.taken.shown_title
+                record.pending = last.taken
+                record.screenshot = last.screenshot
+                return
+            taken = observing.take(page, secret_values=self.secret_values, watch=watcher)
+            record.url = page.url
+            record.title = taken.shown_title
+            record.pending = taken
+            if not touched_page and last is not None and last.taken.key == taken.key:
+                # Same URL, controls, texts and layout as the last picture (a page whose
+                # changes the watch cannot see, such as one with iframes): reuse the picture.
+                record.screenshot = last.screenshot
+            elif taken.masks:
                 # JPEG and a visible caret: a third of the cost of a lossless picture, on every
                 # step's critical path. Masked inputs are painted over by the browser itself.
                 record.screenshot = page.screenshot(
                     type="jpeg",
                     quality=SCREENSHOT_QUALITY,
                     caret="initial",
-                    mask=seen.masks or None,
+                    mask=taken.masks,
                     timeout=self._scaled(10_000),
                 )
-            self._last_capture = (seen.snapshot, record.screenshot)
+            else:
+                record.screenshot = watcher.screenshot(quality=SCREENSHOT_QUALITY)
+            self._last_capture = _Seen(
+                page=page, mark=mark, taken=taken, screenshot=record.screenshot
+            )
         except PlaywrightError as exc:
             self._last_capture = None
             # Evidence that cannot be taken is said so, never faked.
             note = f"evidence incomplete: {_first_line(str(exc))}"
             record.error = f"{record.error}; {note}" if record.error else note
 
+    def _watcher(self, page: Page) -> observing.PageWatch:
+        watcher = self._watches.get(id(page))
+        if watcher is None or watcher.page is not page:
+            watcher = self._watches[id(page)] = observing.PageWatch(page)
+        return watcher
+
+    def _masks(self, page: Page) -> list[Locator]:
+        """What to hide in a picture of ``page`` now: the last evidence's masks when the page has
+        not changed since it was taken, else those of a fresh look."""
+        watcher = self._watcher(page)
+        last = self._last_capture
+        if (
+            last is not None
+            and last.page is page
+            and last.mark is not None
+            and watcher.mark() == last.mark
+        ):
+            return last.taken.masks
+        return observing.take(page, secret_values=self.secret_values, watch=watcher).masks
+
     # Actions -------------------------------------------------------------------------------
 
     def _act(self, step: StepBase, record: StepRecord, timeout: float) -> None:
         page = self.page
         if isinstance(step, GotoStep):
-            response = page.goto(self._text(step.url), wait_until="load", timeout=timeout)
-            if response is not None and response.headers.get("x-pandaweb-blocked"):
-                raise StepFailed(f"{step.url} is blocked by the egress policy")
+            url = self._text(step.url)
+            try:
+                response = page.goto(url, wait_until="load", timeout=timeout)
+            except PlaywrightError as exc:
+                if any(code in str(exc) for code in _CONNECTION_CUT):
+                    # The egress proxy cuts refused connections like a network failure, so the
+                    # page cannot tell; the run's refusals list says which host and why.
+                    raise StepFailed(
+                        f"{url} could not be reached: the connection was cut (a host outside the "
+                        "workflow's allowed hosts is refused; the run page lists each refusal)"
+                    ) from None
+                raise
             if response is not None and response.status >= 400:
                 raise StepFailed(f"{page.url} answered HTTP {response.status}")
         elif isinstance(step, ClickStep):
@@ -562,11 +1130,15 @@ class Runner:
         elif isinstance(step, FillStep):
             value = self._text(step.value, secrets=True)
             self._locate(page, step.target).fill(value, timeout=timeout)
-            secret = "secrets." in step.value
+            secret = any(
+                (ns == "secrets" and sub not in PUBLIC_CREDENTIAL_FIELDS)
+                or (ns == "outputs" and name in self._code_names)
+                for ns, name, sub in references(step.value)
+            )
             self._filled.append(
                 {
                     "step_id": step.id,
-                    "field": step.target.describe(),
+                    "field": self._words(step.target.describe()),
                     "target": step.target.model_dump(exclude_defaults=True),
                     "url": page.url,
                     "value": MASK if secret else value,
@@ -587,6 +1159,11 @@ class Runner:
             self._settle(page)
         elif isinstance(step, WaitForStep):
             self._wait(page, step, timeout)
+        elif isinstance(step, WaitStep):
+            # Real seconds, not scaled: the pause is for the portal, whose clock is not emulated.
+            # Never past the run's time limit; the loop then reports the expiry.
+            remaining_ms = (self.plan.deadline - time.time()) * 1000
+            page.wait_for_timeout(max(0.0, min(step.seconds * 1000, remaining_ms)))
         elif isinstance(step, ExtractStep):
             for extract in step.fields:
                 value = self._extract(page, extract, timeout)
@@ -600,7 +1177,7 @@ class Runner:
             png = page.screenshot(
                 type="png",
                 full_page=step.full_page,
-                mask=observing.secret_locators(page, self.secret_values),
+                mask=self._masks(page) or None,
                 timeout=timeout,
             )
             record.artifacts.append(self._save(step.name, f"{step.name}.png", png))
@@ -644,24 +1221,44 @@ class Runner:
         choice.first.click(timeout=timeout)
 
     def _wait(self, page: Page, step: WaitForStep, timeout: float) -> None:
-        if step.target is not None:
-            self._locate(page, step.target).wait_for(state=step.state, timeout=timeout)
-        elif step.url is not None:
-            pattern = self._text(step.url)
-            try:
-                page.wait_for_url(pattern, timeout=timeout)
-            except PlaywrightTimeout:
-                raise StepFailed(
-                    f"the address did not come to match {pattern} (it is {page.url})"
-                ) from None
-        elif step.text is not None:
-            text = self._text(step.text)
-            try:
-                page.get_by_text(text).first.wait_for(state="visible", timeout=timeout)
-            except PlaywrightTimeout:
-                raise StepFailed(f"the page did not show '{text}' on {page.url}") from None
-        else:
+        if step.network_idle:
             page.wait_for_load_state("networkidle", timeout=timeout)
+            return
+        # Polled rather than left to Playwright, so that a refusal the portal shows meanwhile
+        # ends the wait in its words (and a waited-for text never matches inside it).
+        clock = time.monotonic()
+        while True:
+            new = self._new_refusals(self._baseline)
+            if new:
+                raise Refused("; ".join(new))
+            if self._waited(page, step):
+                return
+            if (time.monotonic() - clock) * 1000 >= timeout:
+                break
+            page.wait_for_timeout(100)
+        if step.target is not None:
+            raise PlaywrightTimeout(
+                f"waiting for {step.target.describe()} to be {step.state}: timed out"
+            )
+        if step.url is not None:
+            pattern = self._text(step.url)
+            raise StepFailed(f"the address did not come to match {pattern} (it is {page.url})")
+        raise StepFailed(f"the page did not show '{self._text(str(step.text))}' on {page.url}")
+
+    def _waited(self, page: Page, step: WaitForStep) -> bool:
+        try:
+            if step.target is not None:
+                visible = self._locate(page, step.target).first.is_visible()
+                return visible == (step.state == "visible")
+            if step.url is not None:
+                return _glob_match(page.url, self._text(step.url))
+            return page.get_by_text(self._text(str(step.text))).first.is_visible()
+        except PlaywrightTimeout:
+            return False
+        except PlaywrightError as exc:
+            if "context was destroyed" in str(exc) or "navigat" in str(exc):
+                return False  # between two documents: look again
+            raise
 
     def _extract(self, page: Page, extract: ExtractField, timeout: float) -> Any:
         # A rows target matches every row: many matches are the point, not an ambiguity.
@@ -757,25 +1354,66 @@ class Runner:
         return locator
 
     def _explain_timeout(self, step: StepBase, exc: PlaywrightTimeout) -> str:
+        """Why a step ran out of time, in the page's terms: a target that is not there, one that
+        something else covers, one that is hidden or disabled. Playwright's own text last."""
+        acts = not isinstance(step, READ_ONLY_STEPS)
         for target in step.targets():
             try:
-                if self._locate(self.page, target, strict=False).count() == 0:
+                locator = self._locate(self.page, target, strict=False)
+                if locator.count() == 0:
                     return f"no {_noun(target)} on {self.page.url}"
+                if not acts:
+                    continue
+                element = locator.first
+                if not element.is_visible():
+                    return f"{target.describe()} is on {self.page.url} but not visible"
+                cover = self._covered_by(element, target)
+                if cover:
+                    return f"{cover} covers {target.describe()} on {self.page.url}"
+                if not element.is_enabled():
+                    return f"{target.describe()} is disabled on {self.page.url}"
             except (PlaywrightError, StepFailed):
                 continue
         return f"gave up after {step.timeout_ms} ms: {_first_line(str(exc))}"
+
+    def _covered_by(self, element: Locator, target: Target) -> str:
+        """What lies over the middle of ``element`` ('' when nothing does), looked up in the
+        element's own frame (or shadow root), then, for an element in an iframe, on the page."""
+        wait = self._scaled(2_000)
+        with contextlib.suppress(PlaywrightError):  # where it is still says something
+            element.scroll_into_view_if_needed(timeout=wait)
+        found = element.evaluate(_COVERED_BY, None, timeout=wait)
+        if not found and target.frame:
+            box = element.bounding_box(timeout=wait)
+            if box is not None:
+                middle = [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2]
+                found = self.page.evaluate(f"point => ({_COVERED_BY})(null, point)", middle)
+        if not found:
+            return ""
+        kind, name = str(found.get("kind") or "element"), _clip(str(found.get("name") or ""))
+        article = "an" if kind[:1] in "aeiou" else "a"
+        return f"{article} {kind} '{name}'" if name else f"{article} {kind}"
 
     def _text(self, template: str, *, secrets: bool = False) -> str:
         def value(namespace: str, name: str, sub: str | None) -> str:
             if namespace == "params":
                 return _plain(self.plan.inputs.get(name, ""))
+            if namespace == "outputs" and name in self._code_names:
+                if not secrets:
+                    raise StepFailed(f"the one-time code '{name}' may only be typed into a field")
+                if name not in self._codes:
+                    raise StepFailed(
+                        f"the one-time code '{name}' was used up: a code is kept only until the "
+                        "run next waits for a person"
+                    )
+                return self._codes[name]
             if namespace == "outputs":
                 return _plain(self.outputs.get(name, ""))
             if not secrets:
                 raise StepFailed("secrets may only be typed into fields")
             fields = self.plan.secrets.get(name, {})
             if sub == "code" and "seed" in fields:
-                return totp_code(fields["seed"])
+                return self._secret(totp_code(fields["seed"]))
             if sub is None or sub not in fields:
                 raise StepFailed(f"credential '{name}' has no field '{sub}' in this run")
             return fields[sub]
@@ -786,6 +1424,30 @@ class Runner:
             lambda m: value(m.group(1), m.group(2), m.group(3)),
             template,
         )
+
+    def _secret(self, value: str) -> str:
+        """``value``, from now on masked wherever this run shows text (a code made from a seed)."""
+        if value and value not in self.secret_values:
+            self.secret_values = sorted([*self.secret_values, value], key=len, reverse=True)
+        return value
+
+    def _words(self, text: str) -> str:
+        """``text`` for people: references filled in with this run's values, as they were typed
+        ("no link named 'INV-1040'"), secrets masked. A reference with no value yet stays."""
+
+        def value(match: re.Match[str]) -> str:
+            namespace, name = match.group(1), match.group(2)
+            if namespace == "params" and name in self.plan.inputs:
+                return _plain(self.plan.inputs[name])
+            if namespace == "outputs" and name in self._code_names:
+                return MASK
+            if namespace == "outputs" and name in self.outputs:
+                return _plain(self.outputs[name])
+            if namespace == "secrets":
+                return MASK
+            return match.group(0)
+
+        return self._scrub(_REFERENCE.sub(value, text)) if text else text
 
     def _scrub(self, text: str) -> str:
         for secret in self.secret_values:
@@ -912,6 +1574,11 @@ def _noun(target: Target) -> str:
     if target.test_id:
         return f"element with test id '{target.test_id}'"
     return f"element matching {target.css}"
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _first_line(text: str) -> str:

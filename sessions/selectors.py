@@ -1,20 +1,23 @@
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import QuerySet
 from django.http import Http404
 
 from sessions.models import Run, RunEvent, SessionTemplate, StepResult
 from workflows.models import Workflow, WorkflowVersion
-from workflows.schema import SessionSpec, StepBase, describe_step
-
-
-def run_list(*, limit: int = 100) -> QuerySet[Run]:
-    return Run.objects.select_related("workflow", "version", "launched_by").order_by("-created_at")[
-        :limit
-    ]
+from workflows.schema import (
+    REFERENCE,
+    STEP_ADAPTER,
+    TEMPLATE,
+    SessionSpec,
+    StepBase,
+    describe_step,
+)
 
 
 def run_get(run_id: int) -> Run:
@@ -104,3 +107,69 @@ def session_template_panel(workflow: Workflow, *, backend: str) -> SessionPanel 
         backend=backend,
         template=session_template_pick(version_id=version.pk, backend=backend),
     )
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """What the API's run list narrows to; empty values do not filter. ``inputs`` / ``outputs``
+    hold exact values by name (launch values are stored as strings, booleans as booleans)."""
+
+    workflow: str = ""  # slug
+    statuses: tuple[str, ...] = ()
+    launched_by: str = ""  # username
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    inputs: tuple[tuple[str, Any], ...] = ()
+    outputs: tuple[tuple[str, Any], ...] = ()
+
+
+def run_keyset(filters: RunFilters, *, before_id: int | None, limit: int) -> list[Run]:
+    """Up to ``limit`` runs matching ``filters``, newest first, with ids below ``before_id``.
+
+    Keyset pagination on the primary key: a page never shifts when runs are launched meanwhile,
+    and no page counts the table. Names in ``inputs`` / ``outputs`` must be identifiers (the
+    caller checks): they become JSON key lookups.
+    """
+    runs = Run.objects.select_related("workflow", "version", "launched_by").defer(
+        "sandbox", "sandbox_facts"
+    )
+    if filters.workflow:
+        runs = runs.filter(workflow__slug=filters.workflow)
+    if filters.statuses:
+        runs = runs.filter(status__in=filters.statuses)
+    if filters.launched_by:
+        runs = runs.filter(launched_by__username__iexact=filters.launched_by)
+    if filters.created_from is not None:
+        runs = runs.filter(created_at__gte=filters.created_from)
+    if filters.created_to is not None:
+        runs = runs.filter(created_at__lt=filters.created_to)
+    for name, value in filters.inputs:
+        runs = runs.filter(**{f"inputs__{name}": value})
+    for name, value in filters.outputs:
+        runs = runs.filter(**{f"outputs__{name}": value})
+    if before_id is not None:
+        runs = runs.filter(pk__lt=before_id)
+    return list(runs.order_by("-pk")[:limit])
+
+
+def run_live_steps(run: Run) -> tuple[list[str], int]:
+    """The run's steps in words (parameters filled in) and the index of the one running now
+    (or next): what the live view's header and list start from, before the worker's first
+    word."""
+    inputs = run.inputs or {}
+
+    def filled(match: re.Match[str]) -> str:
+        reference = REFERENCE.match(match.group("ref"))
+        if reference is None:
+            return match.group(0)
+        if reference.group("ns") == "params" and reference.group("name") in inputs:
+            return str(inputs[reference.group("name")])
+        return "a secret" if reference.group("ns") == "secrets" else match.group(0)
+
+    sentences = [
+        TEMPLATE.sub(filled, describe_step(STEP_ADAPTER.validate_python(step)))
+        for step in (run.version.document or {}).get("steps", [])
+    ]
+    last = run.step_results.order_by("-index").values_list("index", flat=True).first()
+    current = run.start_index if last is None else last + 1
+    return sentences, min(current, max(len(sentences) - 1, 0))

@@ -4,7 +4,7 @@ import logging
 from typing import Any
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import worker_process_init, worker_ready
 
 from sessions import services
 from sessions.models import Run, SessionTemplate
@@ -27,6 +27,12 @@ def run_continue_task(*, run_id: int, approval_id: int) -> None:
     services.run_continue(run_id=run_id, approval_id=approval_id)
 
 
+# No retry: the answer (a one-time code) is taken once.
+@shared_task(name="runs.answer", ignore_result=True, acks_late=False)
+def run_answer_continue_task(*, run_id: int, question_id: int) -> None:
+    services.run_answer_continue(run_id=run_id, question_id=question_id)
+
+
 @shared_task(name="runs.destroy_sandbox", ignore_result=True)
 def sandbox_destroy_task(*, sandbox: dict[str, Any]) -> None:
     services.destroy_sandbox(sandbox)
@@ -34,30 +40,64 @@ def sandbox_destroy_task(*, sandbox: dict[str, Any]) -> None:
 
 @shared_task(name="runs.reap_sandboxes", ignore_result=True)
 def sandboxes_reap_task() -> None:
-    reaped = services.sandbox_reap_orphans()
-    if reaped:
-        logger.warning("destroyed sandboxes left past their deadline: %s", reaped)
+    from sessions.durability import host_housekeeping
+
+    report = host_housekeeping()
+    if any(report.values()):
+        logger.info("housekeeping of this host's sandboxes: %s", report)
+
+
+@worker_process_init.connect
+def _warm_driver(**kwargs: Any) -> None:
+    # A prefork child (or the solo pool's process) runs the tasks: a continuation it takes
+    # right after a deploy then does not wait for a Playwright driver to start.
+    from sessions.driver import warm
+
+    warm()
 
 
 @worker_ready.connect
-def _reap_this_hosts_sandboxes(**kwargs: Any) -> None:
-    # Sandboxes live on one machine, so every worker reaps its own host's (beat would reach
-    # only one host).
+def _look_after_this_hosts_sandboxes(**kwargs: Any) -> None:
+    # Sandboxes live on one machine, so every worker looks after its own host's (beat would
+    # reach only one host). Once at start: a worker started by a deploy adopts the runs its
+    # predecessors left waiting, and sends again what their death lost.
+    from celery.concurrency.thread import TaskPool as ThreadsPool
+    from django.conf import settings
+    from django.db import connections
+
     from pandaweb.core.dispatch import start_periodic
 
-    start_periodic(sandboxes_reap_task, every=60.0)
+    controller = getattr(kwargs.get("sender"), "controller", None)
+    pool = getattr(controller, "pool_cls", None)
+    if isinstance(pool, type) and issubclass(pool, ThreadsPool):
+        _warm_driver()  # the threads pool runs tasks in this process
+    try:
+        sandboxes_reap_task.apply()
+    finally:
+        # The worker's main process holds no connection between housekeeping periods.
+        for conn in connections.all(initialized_only=True):
+            conn.close()
+    start_periodic(sandboxes_reap_task, every=float(settings.HOUSEKEEPING_SECONDS))
 
 
 @shared_task(name="runs.reap", ignore_result=True)
 def runs_reap_task() -> None:
-    from approvals.services import approval_expire_due
+    from approvals.services import approval_housekeeping
+    from sessions.durability import runs_redispatch_queued
 
     reaped = services.run_reap()
     if reaped:
         logger.warning("interrupted runs whose worker went quiet: %s", reaped)
-    expired = approval_expire_due()
-    if expired:
-        logger.warning("approval requests expired undecided: %s", expired)
+    requeued = runs_redispatch_queued()
+    if requeued:
+        logger.warning("queued runs sent again (their message was lost): %s", requeued)
+    done = approval_housekeeping()
+    if done["expired"]:
+        logger.warning("approval requests expired undecided: %s", done["expired"])
+    if done["questions_reminded"]:
+        logger.info("questions reminded before their timeout: %s", done["questions_reminded"])
+    if done["questions_expired"]:
+        logger.warning("questions nobody answered in time: %s", done["questions_expired"])
 
 
 # No retry: a login that failed (a changed password) must not be tried again and again.
@@ -79,3 +119,12 @@ def session_templates_rebake_task() -> None:
     queued = services.template_rebake_due()
     if queued:
         logger.info("session templates re-baking on schedule: %s", queued)
+
+
+@shared_task(name="runs.prune_files", ignore_result=True)
+def run_files_prune_task() -> None:
+    from sessions import retention
+
+    pruned = retention.run_files_prune()
+    if pruned:
+        logger.info("run files pruned by the retention policy: %s", pruned)

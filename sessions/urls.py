@@ -2,11 +2,18 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sessions import views
+from sessions import console_views, views
 
 app_name = "runs"
 urlpatterns = [
-    path("", views.run_index, name="index"),
+    path("", console_views.run_index, name="index"),
+    path("workflow/<slug:slug>/", console_views.workflow_runs, name="workflow_runs"),
+    path("export.csv", console_views.run_export, name="export"),
+    path("views/", console_views.saved_view_create, name="view_create"),
+    path("views/<int:view_id>/delete/", console_views.saved_view_delete, name="view_delete"),
+    path("failures/", console_views.triage, name="triage"),
+    path("failures/compare/", console_views.triage_compare, name="compare"),
+    path("<int:run_id>/again/", console_views.run_rerun, name="rerun"),
     path("launch/<slug:slug>/", views.run_launch, name="launch"),
     path("<int:run_id>/", views.run_detail, name="detail"),
     path("<int:run_id>/cancel/", views.run_cancel, name="cancel"),

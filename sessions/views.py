@@ -15,17 +15,12 @@ from django_htmx.http import HttpResponseClientRefresh
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
-from sessions import rendering, selectors, services
+from sessions import console, console_views, rendering, selectors, services
+from sessions.filmstrip import filmstrip_frames
 from sessions.forms import LaunchForm
 from workflows import selectors as workflow_selectors
 from workflows.models import Workflow
 from workflows.schema import Parameter
-
-
-@require_GET
-@capability_required(Capability.VIEW_RUNS)
-def run_index(request: AuthenticatedRequest) -> HttpResponse:
-    return render(request, "sessions/index.html", {"runs": selectors.run_list()})
 
 
 @require_http_methods(["GET", "POST"])
@@ -50,6 +45,7 @@ def run_launch(request: AuthenticatedRequest, slug: str) -> HttpResponse:
                 user=request.user,
                 raw_inputs=form.raw_inputs(),
                 idempotency_key=form.cleaned_data["idempotency_key"],
+                priority=form.priority(),
             )
         except services.RunError as exc:
             if not exc.field_errors:
@@ -68,12 +64,20 @@ def run_launch(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 @capability_required(Capability.VIEW_RUNS)
 def run_detail(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(run_id)
+    sentences, current = selectors.run_live_steps(run)
     context = {
         "run": run,
         "steps": selectors.run_steps(run),
+        "live_steps": sentences,
+        "live_index": current,
+        "live_now": sentences[current] if sentences else "",
+        "can_control": user_can(request.user, Capability.CONTROL_RUNS),
+        "filmstrip": filmstrip_frames(services.run_files_dir(run.pk)),
         "denials": selectors.run_denials(run),
         "artifacts": run.artifacts.all(),
         "header": rendering.header_html(run, rendering.Viewer.of(request.user), request),
+        "queue": rendering.queue_context(run) if run.status == run.Status.QUEUED else None,
+        **console_views.run_rerun_context(run, request.user),
     }
     return render(request, "sessions/detail.html", context)
 
@@ -85,7 +89,8 @@ def step_detail(request: AuthenticatedRequest, run_id: int, index: int) -> HttpR
     step = run.step_results.filter(index=index).first()
     if step is None:
         raise Http404("no such step")
-    return render(request, "sessions/step.html", {"run": run, "step": step})
+    context = {"run": run, "step": step, "evidence": console.step_evidence(run, step)}
+    return render(request, "sessions/step.html", context)
 
 
 @require_POST

@@ -1,14 +1,22 @@
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import threading
 from collections.abc import Iterator
 
 import pytest
+from django.conf import settings
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 from pytest_django.fixtures import Settings
 
 from pandaweb.browser import HEADLESS_ARGS, find_chromium
 from pandaweb.demo_portal.server import PortalServer, make_server
+
+# Test modules import the ASGI application; as the embedded worker it would run housekeeping
+# (reapers, schedules, webhook retries on timers) inside pytest against whatever test holds the
+# database. Tests run that work themselves; servers they start as processes keep theirs.
+settings.EMBEDDED_WORKER = False
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +45,24 @@ def page(browser: Browser) -> Iterator[Page]:
     context.close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def every_module_imported_before_any_patch() -> None:
+    """Import every view and task module once, before any test patches a function they bind.
+
+    ``from pandaweb.core.dispatch import dispatch`` binds whatever the attribute is at import
+    time; a module first imported inside a test that patched ``dispatch`` would keep that test's
+    stand-in for the rest of the session (a later test's work would then silently never start).
+    """
+    from django.apps import apps
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018 - imports every URLconf and its views
+    for config in apps.get_app_configs():
+        for module in ("tasks", "services"):
+            if importlib.util.find_spec(f"{config.name}.{module}") is not None:
+                importlib.import_module(f"{config.name}.{module}")
+
+
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings: Settings) -> None:
     """PBKDF2 is slow on purpose; tests only need hashes that verify."""
@@ -59,7 +85,7 @@ def empty_append_only_tables(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     from django.db import connection
 
-    from approvals.models import ApprovalDecision, ApprovalRequest
+    from approvals.models import ApprovalDecision, ApprovalRequest, Question
     from pandaweb.audit.models import AuditEvent
     from pandaweb.audit.triggers import append_only_suspended
     from sessions.models import Run
@@ -72,6 +98,7 @@ def empty_append_only_tables(request: pytest.FixtureRequest) -> Iterator[None]:
     # Requests pin runs and each other (PROTECT): newest first.
     for approval in ApprovalRequest.objects.order_by("-pk"):
         approval.delete()
+    Question.objects.all().delete()  # questions pin runs (PROTECT)
     Run.objects.all().delete()  # runs pin versions (PROTECT)
     with immutability_suspended(connection):
         WorkflowVersion.objects.all().delete()
@@ -93,3 +120,9 @@ def portal_server() -> Iterator[PortalServer]:
 def portal(portal_server: PortalServer) -> str:
     """The base URL of a running portal, without trailing slash."""
     return f"http://127.0.0.1:{portal_server.server_port}"
+
+
+@pytest.fixture(autouse=True)
+def audit_checkpoints_in_tmp(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Checkpoints written by exports land in a directory of the test's own."""
+    settings.AUDIT_CHECKPOINT_DIR = tmp_path_factory.mktemp("audit-checkpoints")

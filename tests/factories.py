@@ -44,7 +44,7 @@ def waiting_run() -> Run:
         "pandaweb": 1, "name": f"Gated {launcher.pk}", "slug": slug,
         "settings": {"allowed_hosts": ["127.0.0.1:8001"]},
         "steps": [{"id": "pay", "type": "click", "target": {"role": "button", "name": "Pay"},
-                   "irreversible": True}],
+                   "irreversible": True, "expect": {"text": "Paid"}}],
     }  # fmt: skip
     workflow = workflow_services.workflow_import(user=launcher, text=yaml.safe_dump(document))
     version = workflow_services.workflow_publish(

@@ -18,6 +18,9 @@ from workflows.schema import FORMAT_VERSION, Problem, WorkflowDocument
 
 MAX_FILE_BYTES = 1_000_000
 MAX_NODES = 50_000
+# A workflow is a few levels deep; YAML's composer recurses once per level, so a file nested
+# thousands deep would exhaust the interpreter's stack before any rule could refuse it.
+MAX_DEPTH = 40
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ def _single(where: str, message: str, line: int | None = None) -> DocumentError:
 def _parse(text: str) -> tuple[yaml.Node | None, Any]:
     """Compose the YAML (JSON is YAML) and build plain data from the node tree."""
     try:
+        _refuse_deep_nesting(text)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -125,6 +129,21 @@ def _parse(text: str) -> tuple[yaml.Node | None, Any]:
     except (TypeError, ValueError) as exc:  # e.g. an unhashable mapping key
         raise _single("file", f"not valid YAML: {exc}") from None
     return root, data
+
+
+def _refuse_deep_nesting(text: str) -> None:
+    """Refuse a file nested deeper than MAX_DEPTH, reading its events (which does not recurse)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else None
+                raise _single(
+                    "file", f"the file is nested more than {MAX_DEPTH} levels deep", line=line
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _refuse_aliases(root: yaml.Node) -> None:
@@ -221,9 +240,9 @@ def _file_path(path: tuple[Any, ...], data: Any) -> tuple[str | int, ...]:
 
 
 _UNION_TAGS = {
-    "goto", "click", "fill", "select", "check", "uncheck", "press", "wait_for", "extract",
-    "assert", "screenshot", "download", "login", "text_present", "text_absent", "url_matches",
-    "element_count", "compare",
+    "goto", "click", "fill", "select", "check", "uncheck", "press", "wait_for", "wait",
+    "extract", "assert", "screenshot", "download", "login", "ask", "text_present", "text_absent",
+    "url_matches", "element_count", "compare",
 }  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from django import forms
 from django.contrib.auth.models import Group
 from django.utils.text import slugify
 
+from pandaweb.core.fields import ModelChoicesField
 from workflows.editor_syntax import (
     format_check,
     format_extract_field,
@@ -82,6 +83,13 @@ class WorkflowSettingsForm(forms.Form):
     run_ttl_minutes = forms.IntegerField(
         min_value=1, max_value=240, label="Run time limit (minutes)"
     )
+    max_concurrent_runs = forms.IntegerField(
+        min_value=1,
+        max_value=50,
+        label="Runs at once",
+        help_text="At most this many runs of the workflow hold a browser at once, however "
+        "they were launched; the others wait in its queue, higher priority first, then oldest.",
+    )
     approval_quorum = forms.IntegerField(
         min_value=1, max_value=5, label="Approvals needed", help_text="Distinct people."
     )
@@ -91,11 +99,38 @@ class WorkflowSettingsForm(forms.Form):
     author_may_approve = forms.BooleanField(
         required=False, label="The version's author may approve its irreversible steps"
     )
-    credentials = forms.ModelMultipleChoiceField(
+    approval_remind_before_minutes = forms.IntegerField(
+        min_value=0,
+        max_value=7 * 24 * 60,
+        initial=0,
+        label="Remind the reviewers before expiry (minutes)",
+        help_text="0: no reminder.",
+    )
+    approval_escalate_after_minutes = forms.IntegerField(
+        min_value=0,
+        max_value=7 * 24 * 60,
+        initial=0,
+        label="Escalate an undecided request after (minutes)",
+        help_text="0: never. The escalation group is told and may decide too.",
+    )
+    approval_escalation_group = forms.ModelChoiceField(
+        queryset=Group.objects.order_by("name"),
+        required=False,
+        to_field_name="name",
+        label="Escalation group",
+        empty_label="None",
+    )
+    credentials = ModelChoicesField(
         queryset=Credential.objects.order_by("name"),
         required=False,
         widget=forms.CheckboxSelectMultiple,
         help_text="The credentials this workflow's steps may use.",
+    )
+    offer_as_tool = forms.BooleanField(
+        required=False,
+        label="Offer as a tool to AI agents (MCP)",
+        help_text="Administrators only. Agents launch it with a token; irreversible steps still "
+        "wait for a reviewer.",
     )
 
 
@@ -104,18 +139,20 @@ class StepForm(forms.Form):
 
     FIELDS: dict[str, tuple[str, ...]] = {
         "goto": ("url",),
-        "click": ("target",),
+        "click": ("target", "dialog", "prompt_text"),
         "fill": ("target", "value"),
         "select": ("target", "option"),
         "check": ("target",),
         "uncheck": ("target",),
         "press": ("key", "target_optional"),
         "wait_for": ("condition", "target_optional", "url", "text"),
+        "wait": ("seconds",),
         "extract": ("fields_text",),
         "assert": ("checks_text",),
         "screenshot": ("name", "full_page"),
         "download": ("target", "name"),
         "login": ("credential", "username_target", "password_target", "submit_target"),
+        "ask": ("question", "answer", "options_text", "save_as", "answered_by", "timeout_minutes"),
     }
     # pydantic's field names → this form's
     SCHEMA_FIELDS = {
@@ -124,7 +161,10 @@ class StepForm(forms.Form):
         "username": "username_target",
         "password": "password_target",
         "submit": "submit_target",
+        "expect": "expect_value",
+        "options": "options_text",
     }
+    EXPECT_KINDS = ("text", "url", "target")
 
     id = forms.RegexField(
         regex=r"^[a-z0-9][a-z0-9-]{0,62}$",
@@ -136,8 +176,43 @@ class StepForm(forms.Form):
         required=False,
         label="Irreversible: wait for a second person's approval before doing this",
     )
+    expect_kind = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "—"),
+            ("text", "the page shows a text"),
+            ("url", "the address matches"),
+            ("target", "an element appears"),
+        ],
+        label="Done when",
+        help_text="Required for irreversible steps: how the portal shows that the action "
+        "worked. Until the run sees it, the step is not done; an error the portal shows "
+        "instead fails it.",
+    )
+    expect_value = forms.CharField(
+        max_length=2000,
+        required=False,
+        label="Expected",
+        help_text="A text (Payment submitted), an address (**/receipts/*) or a target "
+        '(heading "Receipt").',
+    )
     timeout_ms = forms.IntegerField(
         min_value=100, max_value=300_000, initial=10_000, label="Timeout (ms)"
+    )
+    dialog = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "none expected: a dialog fails the step"),
+            ("accept", "accept it (OK)"),
+            ("dismiss", "dismiss it (Cancel)"),
+        ],
+        label="A confirm/alert/prompt dialog the click opens",
+    )
+    prompt_text = forms.CharField(
+        max_length=500,
+        required=False,
+        label="Text typed into a prompt dialog",
+        help_text="Only with accept; may use {{ params.name }}.",
     )
     url = forms.CharField(
         max_length=2000,
@@ -171,6 +246,10 @@ class StepForm(forms.Form):
         label="Wait until",
     )
     text = forms.CharField(max_length=500, required=False)
+    seconds = forms.FloatField(
+        required=False,
+        help_text="A fixed pause, at most 60 seconds. Prefer “Wait for” what the page shows.",
+    )
     fields_text = forms.CharField(
         required=False,
         label="Fields",
@@ -203,12 +282,60 @@ class StepForm(forms.Form):
         max_length=1000, required=False, label="Submit button", initial='button "Log in"'
     )
 
-    def __init__(self, *args: Any, step_type: str, **kwargs: Any) -> None:
+    question = forms.CharField(
+        max_length=500,
+        required=False,
+        help_text="What the person sees, e.g. Type the code the portal sent by SMS to "
+        "{{ params.phone }}. May use {{ params.x }} and {{ outputs.x }}.",
+    )
+    answer = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("text", "a text"),
+            ("code", "a one-time code (masked everywhere, never stored in clear)"),
+            ("choice", "one of the options below"),
+        ],
+        label="The answer is",
+    )
+    options_text = forms.CharField(
+        required=False,
+        label="Options",
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="For a choice: one option per line.",
+    )
+    save_as = forms.CharField(
+        max_length=63,
+        required=False,
+        label="Save the answer as",
+        help_text="An output name; later steps use {{ outputs.name }} (a code only as a fill "
+        "step's value).",
+    )
+    answered_by = forms.CharField(
+        max_length=150,
+        required=False,
+        initial="launcher",
+        label="Who answers",
+        help_text="launcher (who launched the run) or a group's name, e.g. Operators.",
+    )
+    timeout_minutes = forms.IntegerField(
+        min_value=1,
+        max_value=24 * 60,
+        required=False,
+        initial=10,
+        label="Wait at most (minutes)",
+        help_text="Nobody answered by then: the run fails, saying so.",
+    )
+
+    def __init__(self, *args: Any, step_type: str, session: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if step_type not in STEP_TYPES:
             raise ValueError(f"unknown step type {step_type!r}")
         self.step_type = step_type
-        keep = [*self.FIELDS[step_type], "id", "description", "timeout_ms", "irreversible"]
+        keep = [*self.FIELDS[step_type], "id", "description", "timeout_ms"]
+        # A session step runs on every bake without anyone's approval: never irreversible, so it
+        # has no outcome to wait for either.
+        if not session and step_type != "ask":
+            keep += ["irreversible", "expect_kind", "expect_value"]
         for field in list(self.fields):
             if field not in keep:
                 del self.fields[field]
@@ -226,6 +353,15 @@ class StepForm(forms.Form):
         ):
             if key in step:
                 initial[field] = Target.model_validate(step[key]).to_compact()
+        expect = step.get("expect")
+        if isinstance(expect, dict):
+            kind = next((k for k in cls.EXPECT_KINDS if expect.get(k) is not None), "")
+            initial["expect_kind"] = kind
+            initial["expect_value"] = (
+                Target.model_validate(expect["target"]).to_compact()
+                if kind == "target"
+                else expect.get(kind, "")
+            )
         if step.get("type") in ("press", "wait_for") and "target" in step:
             initial["target_optional"] = initial.pop("target")
         if step.get("type") == "wait_for":
@@ -239,6 +375,8 @@ class StepForm(forms.Form):
             initial["fields_text"] = "\n".join(
                 format_extract_field(ExtractField.model_validate(f)) for f in step["fields"]
             )
+        if "options" in step:
+            initial["options_text"] = "\n".join(step["options"])
         if "checks" in step:
             initial["checks_text"] = "\n".join(
                 format_check(CHECK_ADAPTER.validate_python(c)) for c in step["checks"]
@@ -252,6 +390,9 @@ class StepForm(forms.Form):
         for common in ("description", "irreversible", "timeout_ms"):
             if cleaned.get(common) not in (None, ""):
                 data[common] = cleaned[common]
+        expect = self._expect(cleaned.get("expect_kind") or "", cleaned.get("expect_value") or "")
+        if expect is not None:
+            data["expect"] = expect
         for field in self.FIELDS[self.step_type]:
             value = cleaned.get(field)
             if field in (
@@ -289,14 +430,43 @@ class StepForm(forms.Form):
             elif field in ("url", "text") and self.step_type == "wait_for":
                 if cleaned.get("condition") == field:
                     data[field] = value or None
-            elif field == "full_page":
+            elif field in ("seconds", "timeout_minutes"):
+                if value is not None:
+                    data[field] = value
+            elif field == "options_text":
+                options = [line.strip() for line in (value or "").splitlines() if line.strip()]
+                if options:
+                    data["options"] = options
+            elif field in ("full_page", "dialog", "prompt_text"):
                 if value:
-                    data[field] = True
+                    data[field] = True if field == "full_page" else value
             else:
                 data[field] = value
         if self.step_type == "wait_for" and cleaned.get("condition") not in ("visible", "hidden"):
             data.pop("target", None)
         return None if self.errors else data
+
+    def _expect(self, kind: str, value: str) -> dict[str, Any] | None:
+        value = value.strip()
+        if not kind and not value:
+            return None
+        if not kind:
+            self.add_error(
+                "expect_kind", "say what the expected outcome is: a text, an address or an element"
+            )
+            return None
+        if not value:
+            self.add_error(
+                "expect_value", f"give the expected {'element' if kind == 'target' else kind}"
+            )
+            return None
+        if kind == "target":
+            try:
+                return {"target": Target.from_compact(value).model_dump(exclude_defaults=True)}
+            except ValueError as exc:
+                self.add_error("expect_value", _plain(exc))
+                return None
+        return {kind: value}
 
     def _lines(self, field: str, text: str, parse: Any) -> list[dict[str, Any]]:
         items, errors = parse_lines(text, parse)
@@ -311,6 +481,41 @@ class StepForm(forms.Form):
                 name = "target_optional"
             for message in messages:
                 self.add_error(name if name in self.fields else None, message)
+
+
+class SessionCheckForm(forms.Form):
+    """How a session template tells a logged-in browser; its steps are edited like any step."""
+
+    check_url = forms.CharField(
+        max_length=2000,
+        label="Check page",
+        help_text="The page opened before every run to see whether the browser is still logged "
+        "in, e.g. the portal's home page. No {{ … }}: it is the same for every run.",
+    )
+    logged_in = forms.CharField(
+        max_length=1000,
+        label="Shows when logged in",
+        initial='button "Log out"',
+        help_text="What that page shows only to a logged-in person. " + TARGET_HELP,
+    )
+    rebake_every_hours = forms.IntegerField(
+        min_value=1,
+        max_value=168,
+        initial=12,
+        label="Log in again every (hours)",
+        help_text="A fresh bake on schedule, before the portal's session runs out.",
+    )
+
+    def clean_logged_in(self) -> dict[str, Any]:
+        try:
+            target = Target.from_compact(self.cleaned_data["logged_in"])
+        except ValueError as exc:
+            raise forms.ValidationError(_plain(exc)) from None
+        return target.model_dump(exclude_defaults=True)
+
+    def logged_in_target(self) -> dict[str, Any]:
+        value: dict[str, Any] = self.cleaned_data["logged_in"]
+        return value
 
 
 def _plain(exc: Exception) -> str:
@@ -342,6 +547,11 @@ class ParameterForm(forms.Form):
     minimum = forms.CharField(max_length=50, required=False)
     maximum = forms.CharField(max_length=50, required=False)
     currency = forms.CharField(max_length=3, required=False, help_text="For money: EUR, USD …")
+    decimal_comma = forms.BooleanField(
+        required=False,
+        label="Decimal comma",
+        help_text="For money: amounts are written 1.234,56 instead of 1,234.56.",
+    )
     choices = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
         required=False,
@@ -351,6 +561,9 @@ class ParameterForm(forms.Form):
     def to_data(self) -> dict[str, Any]:
         data = {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
         data["required"] = bool(self.cleaned_data.get("required"))
+        if not data.get("decimal_comma"):
+            # Off is the default and applies to money only: absent rather than false.
+            data.pop("decimal_comma", None)
         if "choices" in data:
             data["choices"] = lines(data["choices"])
         if "currency" in data:

@@ -1,9 +1,15 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import models
 from django.db.models import Q
+from django.utils.functional import cached_property
+
+if TYPE_CHECKING:
+    from workflows.schema import WorkflowSettings
 
 
 class Credential(models.Model):
@@ -43,11 +49,25 @@ class Workflow(models.Model):
     allowed_hosts = models.JSONField(default=list)
     step_budget = models.PositiveIntegerField(default=50)
     run_ttl_minutes = models.PositiveIntegerField(default=15)
+    max_concurrent_runs = models.PositiveSmallIntegerField(default=3)
     approval_quorum = models.PositiveSmallIntegerField(default=1)
     approval_expiry_minutes = models.PositiveIntegerField(default=60)
     author_may_approve = models.BooleanField(default=False)
+    # Reminders and escalation of approval requests (0: off); see ApprovalPolicy.
+    approval_remind_before_minutes = models.PositiveIntegerField(default=0)
+    approval_escalate_after_minutes = models.PositiveIntegerField(default=0)
+    approval_escalation_group = models.CharField(max_length=150, blank=True)
+    # The approval policy's chat and passkey options (``schema.APPROVAL_REACH_OPTIONS``), only
+    # those that differ from the defaults.
+    approval_reach = models.JSONField(default=dict, blank=True)
+    # The filmstrip options (``schema.RECORDING_OPTIONS``), only those that differ from the
+    # defaults (docs/live-view.md).
+    recording = models.JSONField(default=dict, blank=True)
     credentials = models.ManyToManyField(Credential, blank=True, related_name="workflows")
     archived = models.BooleanField(default=False)
+    # Offered to AI agents as an MCP tool (docs/mcp.md). An administrator's choice, off by default:
+    # publishing a workflow does not by itself hand it to a model.
+    offer_as_tool = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -128,6 +148,14 @@ class WorkflowVersion(models.Model):
     def __str__(self) -> str:
         label = f"v{self.number}" if self.number else "draft"
         return f"{self.workflow} {label}"
+
+    @cached_property
+    def settings_model(self) -> WorkflowSettings:
+        """The version's settings, typed: what services read (the defaults live in the schema
+        and nowhere else). A published document was validated, so this does not fail for one."""
+        from workflows.schema import WorkflowSettings
+
+        return WorkflowSettings.model_validate((self.document or {}).get("settings") or {})
 
     @property
     def is_draft(self) -> bool:

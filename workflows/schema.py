@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from workflows.hosts import HostPatternError, host_allowed, parse_host_pattern
+from workflows.money import MoneyError, parse_money
 
 FORMAT_VERSION: Literal[1] = 1
 
@@ -193,11 +194,53 @@ def _is_option(token: str) -> bool:
 # Steps ------------------------------------------------------------------------------------------
 
 
+class Expect(Strict):
+    """How the portal shows that an irreversible action worked: exactly one of a text that
+    appears, an address the browser comes to (a glob, ``**`` crossing slashes) or an element
+    that appears. Until the runner sees it, the action is not reported as done."""
+
+    text: str | None = Field(default=None, min_length=1, max_length=500)
+    url: str | None = Field(default=None, min_length=1, max_length=2000)
+    target: Target | None = None
+
+    @model_validator(mode="after")
+    def _one_outcome(self) -> Expect:
+        given = [name for name in ("text", "url", "target") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "expect exactly one of: text (shown on the page), url (where the browser "
+                "ends up) or target (an element that appears)"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "text" if self.text is not None else "url" if self.url is not None else "target"
+
+    def describe(self) -> str:
+        if self.text is not None:
+            return f"the page shows '{self.text}'"
+        if self.url is not None:
+            return f"the address matches {self.url}"
+        assert self.target is not None
+        return f"{self.target.describe()} appears"
+
+    def templates(self) -> list[tuple[str, str]]:
+        return [
+            (f"expect.{name}", value)
+            for name, value in (("text", self.text), ("url", self.url))
+            if value is not None
+        ]
+
+
 class StepBase(Strict):
     id: str = Field(pattern=STEP_ID, description="unique within the workflow, e.g. open-login")
     description: str = Field(default="", max_length=500)
     irreversible: bool = False
     timeout_ms: int = Field(default=10_000, ge=100, le=300_000)
+    # Required (at publish) on irreversible steps: what the portal shows when the action worked.
+    expect: Expect | None = None
 
     def targets(self) -> list[Target]:
         return [v for v in self.__dict__.values() if isinstance(v, Target)]
@@ -205,6 +248,10 @@ class StepBase(Strict):
     def templates(self) -> list[tuple[str, str]]:
         """(field, text) pairs whose text may contain ``{{ … }}`` references."""
         return []
+
+    def all_templates(self) -> list[tuple[str, str]]:
+        """:meth:`templates` and those of the expected outcome."""
+        return self.templates() + (self.expect.templates() if self.expect else [])
 
 
 class GotoStep(StepBase):
@@ -218,6 +265,21 @@ class GotoStep(StepBase):
 class ClickStep(StepBase):
     type: Literal["click"]
     target: Target
+    # What to do with a confirm()/alert()/prompt() the click opens; a dialog the step does not
+    # declare fails it (nobody says yes on the workflow's behalf).
+    dialog: Literal["accept", "dismiss"] | None = None
+    prompt_text: str | None = Field(default=None, max_length=500)
+
+    @model_validator(mode="after")
+    def _prompt_with_accept(self) -> ClickStep:
+        if self.prompt_text is not None and self.dialog != "accept":
+            raise ValueError(
+                "'prompt_text' is typed into a prompt() it accepts: add dialog: accept"
+            )
+        return self
+
+    def templates(self) -> list[tuple[str, str]]:
+        return [("prompt_text", self.prompt_text)] if self.prompt_text is not None else []
 
 
 class FillStep(StepBase):
@@ -291,6 +353,26 @@ class WaitForStep(StepBase):
 
     def templates(self) -> list[tuple[str, str]]:
         return [(name, value) for name, value in (("url", self.url), ("text", self.text)) if value]
+
+
+# A fixed pause is for portals that need time nothing on the page shows (a rate limit, a
+# back-end job); anything longer than this should wait for what the page shows instead.
+WAIT_LIMIT_SECONDS = 60
+
+
+class WaitStep(StepBase):
+    type: Literal["wait"]
+    seconds: float
+
+    @field_validator("seconds")
+    @classmethod
+    def _bounded(cls, seconds: float) -> float:
+        if not 0 < seconds <= WAIT_LIMIT_SECONDS:
+            raise ValueError(
+                f"a wait lasts more than 0 and at most {WAIT_LIMIT_SECONDS} seconds (got "
+                f"{seconds:g}); to wait longer, wait_for what the page shows when it is ready"
+            )
+        return seconds
 
 
 class ExtractField(Strict):
@@ -381,6 +463,47 @@ class LoginStep(StepBase):
     submit: Target
 
 
+# Who may answer an ``ask`` step: the person who launched the run, or a group's members.
+ASK_LAUNCHER = "launcher"
+# What a one-time code may look like: SMS, e-mail and authenticator codes, with the dashes and
+# spaces people copy along (they are removed before the code is typed).
+ONE_TIME_CODE = re.compile(r"^[A-Za-z0-9]{3,12}$")
+
+
+class AskStep(StepBase):
+    """Ask a person and wait (holding no worker) for the answer, which later steps use as
+    ``{{ outputs.<save_as> }}``. A one-time code is masked everywhere and never stored in clear."""
+
+    type: Literal["ask"]
+    question: str = Field(min_length=1, max_length=500)
+    answer: Literal["text", "code", "choice"] = "text"
+    options: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=20
+    )
+    save_as: str = Field(pattern=IDENTIFIER)
+    # "launcher" or the name of a group whose members may answer.
+    answered_by: str = Field(default=ASK_LAUNCHER, min_length=1, max_length=150)
+    timeout_minutes: int = Field(default=10, ge=1, le=24 * 60)
+
+    @model_validator(mode="after")
+    def _options_fit_answer(self) -> AskStep:
+        if self.answer == "choice":
+            if len(self.options) < 2:
+                raise ValueError("a choice needs at least two options to choose from")
+            if len({o.casefold() for o in self.options}) != len(self.options):
+                raise ValueError("the options of a choice must differ from each other")
+        elif self.options:
+            raise ValueError(f"'options' belong to answer: choice, not answer: {self.answer}")
+        if self.irreversible:
+            raise ValueError(
+                "asking a person changes nothing on the portal: an ask step is never irreversible"
+            )
+        return self
+
+    def templates(self) -> list[tuple[str, str]]:
+        return [("question", self.question)]
+
+
 Step = Annotated[
     GotoStep
     | ClickStep
@@ -390,21 +513,32 @@ Step = Annotated[
     | UncheckStep
     | PressStep
     | WaitForStep
+    | WaitStep
     | ExtractStep
     | AssertStep
     | ScreenshotStep
     | DownloadStep
-    | LoginStep,
+    | LoginStep
+    | AskStep,
     Field(discriminator="type"),
 ]
 STEP_ADAPTER: TypeAdapter[Step] = TypeAdapter(Step)
 STEP_TYPES: tuple[str, ...] = (
-    "goto", "click", "fill", "select", "check", "uncheck", "press", "wait_for", "extract",
-    "assert", "screenshot", "download", "login",
+    "goto", "click", "fill", "select", "check", "uncheck", "press", "wait_for", "wait", "extract",
+    "assert", "screenshot", "download", "login", "ask",
 )  # fmt: skip
 
 
 # Parameters -------------------------------------------------------------------------------------
+
+
+# Launch values are bounded whatever the workflow says: a value becomes part of the run, its audit
+# event and every export of the trail. A string parameter may lower or raise its own maximum up
+# to the cap; the other types have a fixed one that any real value fits in.
+STRING_MAX_LENGTH_DEFAULT = 1_000
+STRING_MAX_LENGTH_CAP = 10_000
+OTHER_MAX_LENGTH = 64
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")
 
 
 class Parameter(Strict):
@@ -415,11 +549,13 @@ class Parameter(Strict):
     required: bool = True
     default: str | None = Field(default=None, max_length=500)
     min_length: int | None = Field(default=None, ge=0)
-    max_length: int | None = Field(default=None, ge=1, le=10_000)
+    max_length: int | None = Field(default=None, ge=1, le=STRING_MAX_LENGTH_CAP)
     pattern: str | None = Field(default=None, max_length=500)
     minimum: str | None = None
     maximum: str | None = None
     currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$")
+    # Money only: the amount is written with a decimal comma (1.234,56) instead of a point.
+    decimal_comma: bool | None = None
     choices: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = None
 
     @model_validator(mode="after")
@@ -427,7 +563,7 @@ class Parameter(Strict):
         allowed = {
             "string": {"min_length", "max_length", "pattern"},
             "number": {"minimum", "maximum"},
-            "money": {"minimum", "maximum", "currency"},
+            "money": {"minimum", "maximum", "currency", "decimal_comma"},
             "date": {"minimum", "maximum"},
             "enum": {"choices"},
             "boolean": set(),
@@ -439,6 +575,7 @@ class Parameter(Strict):
             "minimum",
             "maximum",
             "currency",
+            "decimal_comma",
             "choices",
         )
         for option in options:
@@ -473,11 +610,11 @@ class Parameter(Strict):
         if self.type == "boolean":
             return _coerce_bool(raw)
         text = str(raw).strip()
+        if len(text) > self.longest:
+            raise ValueError(f"must be at most {self.longest} characters")
         if self.type == "string":
             if self.min_length is not None and len(text) < self.min_length:
                 raise ValueError(f"must be at least {self.min_length} characters")
-            if self.max_length is not None and len(text) > self.max_length:
-                raise ValueError(f"must be at most {self.max_length} characters")
             if self.pattern is not None and not re.fullmatch(self.pattern, text):
                 raise ValueError(f"must match the pattern {self.pattern}")
             return text
@@ -492,23 +629,35 @@ class Parameter(Strict):
             raise ValueError(f"must be at most {self.maximum}")
         return value
 
+    @property
+    def longest(self) -> int:
+        """The most characters a launch value of this parameter may have."""
+        if self.type == "string":
+            return self.max_length or STRING_MAX_LENGTH_DEFAULT
+        if self.type == "enum":
+            return max(len(choice) for choice in self.choices or [""])
+        return OTHER_MAX_LENGTH
+
     def _convert(self, text: str, what: str) -> Any:
         if self.type == "date":
             try:
                 return date.fromisoformat(text)
             except ValueError:
                 raise ValueError(f"{what} must be a date like 2026-11-30") from None
-        try:
-            number = Decimal(text.replace(",", "") if self.type == "money" else text)
-        except InvalidOperation:
-            raise ValueError(f"{what} must be a number, not '{text}'") from None
-        if not number.is_finite():
-            raise ValueError(f"{what} must be a finite number")
         if self.type == "money":
-            if number != number.quantize(Decimal("0.01")):
-                raise ValueError(f"{what} has more than 2 decimals")
-            return number.quantize(Decimal("0.01"))
-        return number
+            try:
+                return parse_money(
+                    text, currency=self.currency or "", decimal_comma=bool(self.decimal_comma)
+                )
+            except MoneyError as exc:
+                # The options are written by the workflow's author, the value by whoever launches.
+                raise ValueError(str(exc) if what == "the value" else f"{what}: {exc}") from None
+        if len(text) > OTHER_MAX_LENGTH or not _PLAIN_NUMBER.fullmatch(text):
+            raise ValueError(f"{what} must be a number like 12.5, not '{text[:OTHER_MAX_LENGTH]}'")
+        try:
+            return Decimal(text)
+        except InvalidOperation:  # pragma: no cover (the pattern admits only plain decimals)
+            raise ValueError(f"{what} must be a number, not '{text}'") from None
 
     def describe(self) -> str:
         extra = {
@@ -534,10 +683,56 @@ def _coerce_bool(raw: Any) -> bool:
 # The document -----------------------------------------------------------------------------------
 
 
+# The approval options that reach reviewers outside the page (chat, passkeys); a workflow keeps
+# them together, beside its quorum and expiry.
+APPROVAL_REACH_OPTIONS = ("slack_channel", "passkey", "passkey_above_amount")
+
+
 class ApprovalPolicy(Strict):
     quorum: int = Field(default=1, ge=1, le=5)
     expiry_minutes: int = Field(default=60, ge=1, le=7 * 24 * 60)
     author_may_approve: bool = False
+    # Hand-over: 0 turns each off. A reminder goes to the reviewers this many minutes before
+    # the request expires; after ``escalate_after_minutes`` undecided, ``escalation_group`` is
+    # told and may decide too.
+    remind_before_minutes: int = Field(default=0, ge=0, le=7 * 24 * 60)
+    escalate_after_minutes: int = Field(default=0, ge=0, le=7 * 24 * 60)
+    escalation_group: str = Field(default="", max_length=150)
+
+    # A Slack channel id (C0123ABCD) or name (#payments) where requests are posted as cards.
+    slack_channel: str | None = Field(
+        default=None, pattern=r"^([CGD][A-Z0-9]{6,20}|#?[a-z0-9][a-z0-9._-]{0,79})$"
+    )
+    # A fresh passkey assertion with every verdict: never, always, or when the request's amount
+    # (the workflow's money parameter) is above ``passkey_above_amount``.
+    passkey: Literal["never", "always", "above"] = "never"
+    passkey_above_amount: Decimal | None = Field(default=None, ge=0, decimal_places=2)
+
+    @model_validator(mode="after")
+    def _escalation_complete(self) -> ApprovalPolicy:
+        if self.escalate_after_minutes and not self.escalation_group.strip():
+            raise ValueError("escalate_after_minutes needs an escalation_group to escalate to")
+        if self.escalate_after_minutes and self.escalate_after_minutes >= self.expiry_minutes:
+            raise ValueError("escalate_after_minutes must be shorter than expiry_minutes")
+        if self.remind_before_minutes and self.remind_before_minutes >= self.expiry_minutes:
+            raise ValueError("remind_before_minutes must be shorter than expiry_minutes")
+        return self
+
+    @model_validator(mode="after")
+    def _passkey_amount(self) -> ApprovalPolicy:
+        if self.passkey == "above" and self.passkey_above_amount is None:
+            raise ValueError("passkey: above needs passkey_above_amount, e.g. 1000.00")
+        if self.passkey != "above" and self.passkey_above_amount is not None:
+            raise ValueError("passkey_above_amount is used only with passkey: above")
+        return self
+
+
+# The settings of a run's filmstrip, kept together on the workflow until it is published.
+RECORDING_OPTIONS: tuple[str, ...] = (
+    "filmstrip",
+    "filmstrip_seconds_per_frame",
+    "filmstrip_max_mb",
+)
 
 
 class WorkflowSettings(Strict):
@@ -546,10 +741,17 @@ class WorkflowSettings(Strict):
     )
     step_budget: int = Field(default=50, ge=1, le=1000)
     run_ttl_minutes: int = Field(default=15, ge=1, le=240)
+    # Batch launches keep at most this many runs of the workflow holding a browser at once.
+    max_concurrent_runs: int = Field(default=3, ge=1, le=50)
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
     credentials: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]] = Field(
         default_factory=list
     )
+    # A filmstrip of the run's browser (masked frames, low rate, bounded size) kept with its
+    # evidence: off unless a workflow asks for it.
+    filmstrip: bool = False
+    filmstrip_seconds_per_frame: float = Field(default=2.0, ge=0.5, le=60.0)
+    filmstrip_max_mb: int = Field(default=20, ge=1, le=500)
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -566,7 +768,8 @@ class WorkflowSettings(Strict):
 # What a session template may do: get to a logged-in page. Reading values, saving files and
 # anything irreversible belong to the run's own steps, which see the run's parameters.
 SESSION_STEP_TYPES: tuple[str, ...] = (
-    "goto", "click", "fill", "select", "check", "uncheck", "press", "wait_for", "assert", "login",
+    "goto", "click", "fill", "select", "check", "uncheck", "press", "wait_for", "wait", "assert",
+    "login",
 )  # fmt: skip
 
 
@@ -706,6 +909,8 @@ class _Scope:
     session: bool = False
     step_ids: set[str] = dataclasses.field(default_factory=set)
     outputs: set[str] = dataclasses.field(default_factory=set)
+    # Outputs that are one-time codes: typed into a field, never shown or compared.
+    codes: set[str] = dataclasses.field(default_factory=set)
     # Step ids the session template declared, for a clearer message on a clash.
     session_ids: set[str] = dataclasses.field(default_factory=set)
 
@@ -771,7 +976,17 @@ def _steps_problems(
         elif step.id in scope.step_ids:
             problems.append(Problem(path=(*here, "id"), message=f"duplicate step id '{step.id}'"))
         scope.step_ids.add(step.id)
-        for field_name, text in step.templates():
+        # A session step cannot be irreversible at all; that problem is reported on its own.
+        if step.irreversible and step.expect is None and not scope.session:
+            problems.append(
+                Problem(
+                    path=(*here, "expect"),
+                    message="an irreversible step must say how the portal shows that it worked "
+                    "(expect a text, an address or an element, e.g. expect: text: Payment "
+                    "submitted); without it a refused action would be reported as done",
+                )
+            )
+        for field_name, text in step.all_templates():
             try:
                 refs = references(text)
             except ValueError as exc:
@@ -827,6 +1042,27 @@ def _steps_problems(
                     Problem(path=(*here, "name"), message=f"name '{step.name}' is already used")
                 )
             scope.outputs.add(step.name)
+        if isinstance(step, AskStep):
+            problems += _ask_problems(step, here, scope)
+    return problems
+
+
+def _ask_problems(step: AskStep, here: tuple[str | int, ...], scope: _Scope) -> list[Problem]:
+    problems = []
+    if step.save_as in scope.outputs:
+        problems.append(
+            Problem(path=(*here, "save_as"), message=f"name '{step.save_as}' is already used")
+        )
+    scope.outputs.add(step.save_as)
+    if step.answer == "code":
+        scope.codes.add(step.save_as)
+    if step.answered_by != ASK_LAUNCHER and not re.fullmatch(r"[\w .@+-]+", step.answered_by):
+        problems.append(
+            Problem(
+                path=(*here, "answered_by"),
+                message="answered_by is 'launcher' or the name of a group",
+            )
+        )
     return problems
 
 
@@ -845,6 +1081,11 @@ def _reference_problem(
     if ns == "outputs":
         if sub is not None or name not in scope.outputs:
             return f"no earlier step extracts an output '{name}'"
+        if name in scope.codes and not (isinstance(step, FillStep) and field == "value"):
+            return (
+                f"'{name}' is a one-time code: it may only be typed into a field (the value of "
+                "a fill step), where it is masked"
+            )
         return None
     # Secrets may only be typed into a field: anywhere else (a URL, a waited-for text) they would
     # end up in observations, events and screenshots.
@@ -876,6 +1117,8 @@ def _operand_problem(operand: str, scope: _Scope) -> str | None:
         return f"there is no parameter '{ref['name']}'"
     if ref["ns"] == "outputs" and ref["name"] not in scope.outputs:
         return f"no earlier step extracts an output '{ref['name']}'"
+    if ref["ns"] == "outputs" and ref["name"] in scope.codes:
+        return f"'{ref['name']}' is a one-time code: it cannot be compared"
     return None
 
 
@@ -886,7 +1129,7 @@ def credentials_used(steps: list[Any]) -> set[str]:
         step = data if isinstance(data, StepBase) else STEP_ADAPTER.validate_python(data)
         if isinstance(step, LoginStep):
             names.add(step.credential)
-        for _, text in step.templates():
+        for _, text in step.all_templates():
             names |= {name for ns, name, _ in references(text) if ns == "secrets"}
     return names
 
@@ -952,10 +1195,11 @@ def _sentence(step: StepBase) -> str:
     if isinstance(step, GotoStep):
         return f"Go to {step.url}"
     if isinstance(step, ClickStep):
+        if step.dialog is not None:
+            return f"Click {step.target.describe()} and {step.dialog} the dialog it opens"
         return f"Click {step.target.describe()}"
     if isinstance(step, FillStep):
-        shown = "a secret" if "secrets." in step.value else f"'{step.value}'"
-        return f"Fill {step.target.describe()} with {shown}"
+        return f"Fill {step.target.describe()} with {_fill_value(step.value)}"
     if isinstance(step, SelectStep):
         return f"Choose '{step.option}' in {step.target.describe()}"
     if isinstance(step, CheckStep):
@@ -973,6 +1217,8 @@ def _sentence(step: StepBase) -> str:
         if step.text is not None:
             return f"Wait until the page shows '{step.text}'"
         return "Wait until the network is idle"
+    if isinstance(step, WaitStep):
+        return f"Wait {step.seconds:g} second{'' if step.seconds == 1 else 's'}"
     if isinstance(step, ExtractStep):
         names = ", ".join(f"{f.name} ({f.kind})" for f in step.fields)
         return f"Extract {names}"
@@ -984,7 +1230,37 @@ def _sentence(step: StepBase) -> str:
         return f"Download '{step.name}' by clicking {step.target.describe()}"
     if isinstance(step, LoginStep):
         return f"Log in with credential '{step.credential}', then click {step.submit.describe()}"
+    if isinstance(step, AskStep):
+        return f"Ask {ask_audience(step.answered_by)}: '{step.question}'"
     return step.id
+
+
+def ask_audience(answered_by: str) -> str:
+    """Who an ask step waits for, in words."""
+    return "the person who launched the run" if answered_by == ASK_LAUNCHER else answered_by
+
+
+def one_time_code(text: str) -> str:
+    """A one-time code as typed into the portal: spaces and dashes people copy along removed.
+    Raises ValueError, in the answerer's words, for anything that is not a code."""
+    code = re.sub(r"[\s-]", "", text)
+    if not ONE_TIME_CODE.fullmatch(code):
+        raise ValueError("a code is 3 to 12 letters or digits")
+    return code
+
+
+def _fill_value(value: str) -> str:
+    if "secrets." not in value:
+        return f"'{value}'"
+    try:
+        refs = references(value)
+    except ValueError:
+        return "a secret"
+    # A username is no secret: the sentence may say whose it is (the value shows once typed).
+    whole = TEMPLATE.fullmatch(value.strip()) is not None
+    if whole and len(refs) == 1 and refs[0][0] == "secrets" and refs[0][2] == "username":
+        return f"the username of credential '{refs[0][1]}'"
+    return "a secret"
 
 
 def _check_sentence(check: Any) -> str:

@@ -7,7 +7,7 @@ from django.db.models import Count, Max, Q, QuerySet
 from django.http import Http404
 
 from workflows.models import Credential, Workflow, WorkflowVersion
-from workflows.schema import STEP_ADAPTER, StepBase, describe_step
+from workflows.schema import STEP_ADAPTER, StepBase, Target, describe_step
 
 
 def workflow_list(*, search: str = "", archived: bool = False) -> QuerySet[Workflow]:
@@ -83,6 +83,29 @@ def step_views(steps: list[dict[str, Any]]) -> list[StepView]:
                 )
             )
     return views
+
+
+@dataclass(frozen=True)
+class SessionCheckView:
+    """A draft's logged-in check in words; '' for what is not set yet."""
+
+    check_url: str
+    logged_in: str
+    rebake_every_hours: int
+
+
+def session_check_view(session: dict[str, Any]) -> SessionCheckView:
+    logged_in = ""
+    if session.get("logged_in"):
+        try:
+            logged_in = Target.model_validate(session["logged_in"]).describe()
+        except ValueError:
+            logged_in = str(session["logged_in"])
+    return SessionCheckView(
+        check_url=str(session.get("check_url") or ""),
+        logged_in=logged_in,
+        rebake_every_hours=int(session.get("rebake_every_hours") or 12),
+    )
 
 
 def credential_list() -> QuerySet[Credential]:

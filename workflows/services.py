@@ -18,6 +18,7 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from pandaweb.audit.services import audit_record
+from pandaweb.core.roles import Role
 from workflows.fileformat import (
     DocumentError,
     LocatedProblem,
@@ -29,10 +30,16 @@ from workflows.fileformat import (
 from workflows.hosts import HostPatternError, parse_host_pattern
 from workflows.models import Credential, Workflow, WorkflowVersion
 from workflows.schema import (
+    APPROVAL_REACH_OPTIONS,
+    RECORDING_OPTIONS,
+    SESSION_STEP_TYPES,
     STEP_ADAPTER,
+    TEMPLATE,
     Parameter,
     Problem,
+    SessionSpec,
     StepBase,
+    Target,
     WorkflowDocument,
     WorkflowSettings,
     document_problems,
@@ -104,13 +111,30 @@ def _settings_of(workflow: Workflow) -> dict[str, Any]:
         "allowed_hosts": list(workflow.allowed_hosts),
         "step_budget": workflow.step_budget,
         "run_ttl_minutes": workflow.run_ttl_minutes,
+        "max_concurrent_runs": workflow.max_concurrent_runs,
         "approval": {
             "quorum": workflow.approval_quorum,
             "expiry_minutes": workflow.approval_expiry_minutes,
             "author_may_approve": workflow.author_may_approve,
+            **_handover_of(workflow),
+            **(workflow.approval_reach or {}),
         },
         "credentials": sorted(workflow.credentials.values_list("name", flat=True)),
+        **(workflow.recording or {}),
     }
+
+
+def _handover_of(workflow: Workflow) -> dict[str, Any]:
+    """The reminder and escalation settings, only those set: a workflow without them keeps
+    the document (and its exports) it always had."""
+    handover: dict[str, Any] = {}
+    if workflow.approval_remind_before_minutes:
+        handover["remind_before_minutes"] = workflow.approval_remind_before_minutes
+    if workflow.approval_escalate_after_minutes:
+        handover["escalate_after_minutes"] = workflow.approval_escalate_after_minutes
+    if workflow.approval_escalation_group:
+        handover["escalation_group"] = workflow.approval_escalation_group
+    return handover
 
 
 def _identity_of(workflow: Workflow) -> dict[str, Any]:
@@ -228,39 +252,77 @@ def workflow_update_settings(
     approval_expiry_minutes: int,
     author_may_approve: bool,
     credentials: list[Credential],
+    max_concurrent_runs: int | None = None,
+    approval_remind_before_minutes: int = 0,
+    approval_escalate_after_minutes: int = 0,
+    approval_escalation_group: str = "",
+    offer_as_tool: bool | None = None,
 ) -> Workflow:
-    """Change the settings the next published version will carry. Published versions keep theirs."""
+    """Change the settings the next published version will carry. Published versions keep theirs.
+
+    ``offer_as_tool`` (None: unchanged) applies at once to every published version; only an
+    administrator changes it, since it hands the workflow to AI agents.
+    """
     workflow = _lock_workflow(workflow_id)
     _refuse_archived(workflow)
+    if (
+        offer_as_tool is not None
+        and offer_as_tool != workflow.offer_as_tool
+        and not (user.is_superuser or user.groups.filter(name=Role.ADMINS.value).exists())
+    ):
+        raise WorkflowError(
+            "invalid settings",
+            {"offer_as_tool": ["Only an administrator offers a workflow to AI agents."]},
+        )
     try:
         checked = WorkflowSettings.model_validate(
             {
                 "allowed_hosts": allowed_hosts,
                 "step_budget": step_budget,
                 "run_ttl_minutes": run_ttl_minutes,
+                "max_concurrent_runs": max_concurrent_runs or workflow.max_concurrent_runs,
                 "approval": {
                     "quorum": approval_quorum,
                     "expiry_minutes": approval_expiry_minutes,
                     "author_may_approve": author_may_approve,
+                    "remind_before_minutes": approval_remind_before_minutes,
+                    "escalate_after_minutes": approval_escalate_after_minutes,
+                    "escalation_group": approval_escalation_group,
+                    **(workflow.approval_reach or {}),
                 },
                 "credentials": [c.name for c in credentials],
+                **(workflow.recording or {}),
             }
         )
     except ValidationError as exc:
         raise WorkflowError("invalid settings", _settings_errors(exc)) from None
-    before = {**_identity_of(workflow), "settings": _settings_of(workflow)}
+    before = {
+        **_identity_of(workflow),
+        "settings": _settings_of(workflow),
+        "offer_as_tool": workflow.offer_as_tool,
+    }
+    if offer_as_tool is not None:
+        workflow.offer_as_tool = offer_as_tool
     workflow.name = name
     workflow.description = description
     workflow.reviewer_group = reviewer_group
     workflow.allowed_hosts = checked.allowed_hosts
     workflow.step_budget = checked.step_budget
     workflow.run_ttl_minutes = checked.run_ttl_minutes
+    workflow.max_concurrent_runs = checked.max_concurrent_runs
     workflow.approval_quorum = checked.approval.quorum
     workflow.approval_expiry_minutes = checked.approval.expiry_minutes
     workflow.author_may_approve = checked.approval.author_may_approve
+    workflow.approval_remind_before_minutes = checked.approval.remind_before_minutes
+    workflow.approval_escalate_after_minutes = checked.approval.escalate_after_minutes
+    workflow.approval_escalation_group = checked.approval.escalation_group
     workflow.save()
     workflow.credentials.set(credentials)
-    after = {**_identity_of(workflow), "settings": _settings_of(workflow)}
+    after = {
+        **_identity_of(workflow),
+        "settings": _settings_of(workflow),
+        "offer_as_tool": workflow.offer_as_tool,
+    }
     audit_record(
         action="workflow.settings_changed",
         object_type="workflow",
@@ -273,7 +335,13 @@ def workflow_update_settings(
 
 
 def _settings_errors(exc: ValidationError) -> dict[str, list[str]]:
-    names = {"quorum": "approval_quorum", "expiry_minutes": "approval_expiry_minutes"}
+    names = {
+        "quorum": "approval_quorum",
+        "expiry_minutes": "approval_expiry_minutes",
+        "remind_before_minutes": "approval_remind_before_minutes",
+        "escalate_after_minutes": "approval_escalate_after_minutes",
+        "escalation_group": "approval_escalation_group",
+    }
     errors: dict[str, list[str]] = {}
     for error in exc.errors():
         loc = [str(p) for p in error["loc"]]
@@ -340,14 +408,22 @@ def _step_dump(step: StepBase) -> dict[str, Any]:
 
 @transaction.atomic
 def step_save(
-    *, workflow_id: int, user: User, data: dict[str, Any], index: int | None = None
+    *,
+    workflow_id: int,
+    user: User,
+    data: dict[str, Any],
+    index: int | None = None,
+    session: bool = False,
 ) -> WorkflowVersion:
-    """Add a step at the end (``index`` None) or replace the step at ``index`` in the draft."""
+    """Add a step at the end (``index`` None) or replace the step at ``index`` in the draft;
+    with ``session``, in the steps of the draft's session template (created if it has none)."""
     workflow, draft = _editable_draft(workflow_id)
     step = _step_dump(validate_step(data))
-    steps = list(draft.steps)
-    others = [s["id"] for i, s in enumerate(steps) if i != index]
-    others += [s.get("id") for s in (draft.session or {}).get("steps", [])]
+    if session:
+        _refuse_outside_session(step)
+    steps = _steps_of(draft, session=session)
+    others = [s.get("id") for i, s in enumerate(steps) if i != index]
+    others += [s.get("id") for s in _steps_of(draft, session=not session)]
     if step["id"] in others:
         raise WorkflowError(
             "duplicate id", {"id": [f"another step already has the id '{step['id']}'"]}
@@ -361,8 +437,7 @@ def step_save(
         before = steps[index]
         steps[index] = step
         action = "workflow.step_changed"
-    draft.steps = steps
-    draft.save(update_fields=["steps", "updated_at"])
+    _put_steps(draft, steps, session=session)
     audit_record(
         action=action,
         object_type="workflow",
@@ -370,9 +445,48 @@ def step_save(
         actor=user,
         before=before,
         after=step,
-        extra={"draft": draft.pk, "position": index if index is not None else len(steps) - 1},
+        extra={
+            "draft": draft.pk,
+            "position": index if index is not None else len(steps) - 1,
+            **({"session": True} if session else {}),
+        },
     )
     return draft
+
+
+def _steps_of(draft: WorkflowVersion, *, session: bool) -> list[dict[str, Any]]:
+    """A copy of the run's steps, or of the session template's (empty without one)."""
+    if session:
+        return list((draft.session or {}).get("steps", []))
+    return list(draft.steps)
+
+
+def _put_steps(draft: WorkflowVersion, steps: list[dict[str, Any]], *, session: bool) -> None:
+    if not session:
+        draft.steps = steps
+        draft.save(update_fields=["steps", "updated_at"])
+        return
+    draft.session = {**(draft.session or {}), "steps": steps}
+    draft.save(update_fields=["session", "updated_at"])
+
+
+def _refuse_outside_session(step: dict[str, Any]) -> None:
+    # The same rules as at publish, said where the step is typed.
+    if step["type"] not in SESSION_STEP_TYPES:
+        raise WorkflowError(
+            "not a session step",
+            {"type": [f"a session template only logs in; {step['type']} steps belong to the run"]},
+        )
+    if step.get("irreversible"):
+        raise WorkflowError(
+            "irreversible",
+            {
+                "irreversible": [
+                    "session steps run on every bake without anyone's approval; an irreversible "
+                    "step belongs to the run's steps"
+                ]
+            },
+        )
 
 
 def _check_index(items: list[Any], index: int) -> None:
@@ -381,24 +495,26 @@ def _check_index(items: list[Any], index: int) -> None:
 
 
 @transaction.atomic
-def step_delete(*, workflow_id: int, user: User, index: int, step_id: str) -> WorkflowVersion:
-    """Delete the step at ``index`` if it is still ``step_id``.
+def step_delete(
+    *, workflow_id: int, user: User, index: int, step_id: str, session: bool = False
+) -> WorkflowVersion:
+    """Delete the step at ``index`` (of the session template with ``session``) if it is still
+    ``step_id``.
 
     A page loaded before someone else reordered the steps cannot delete the wrong one.
     """
     workflow, draft = _editable_draft(workflow_id)
-    steps = list(draft.steps)
+    steps = _steps_of(draft, session=session)
     _check_step(steps, index, step_id)
     removed = steps.pop(index)
-    draft.steps = steps
-    draft.save(update_fields=["steps", "updated_at"])
+    _put_steps(draft, steps, session=session)
     audit_record(
         action="workflow.step_deleted",
         object_type="workflow",
         object_id=workflow.pk,
         actor=user,
         before=removed,
-        extra={"draft": draft.pk, "position": index},
+        extra={"draft": draft.pk, "position": index, **({"session": True} if session else {})},
     )
     return draft
 
@@ -410,20 +526,21 @@ def _check_step(steps: list[dict[str, Any]], index: int, step_id: str) -> None:
 
 
 @transaction.atomic
-def step_duplicate(*, workflow_id: int, user: User, index: int, step_id: str) -> WorkflowVersion:
+def step_duplicate(
+    *, workflow_id: int, user: User, index: int, step_id: str, session: bool = False
+) -> WorkflowVersion:
     """Insert a copy of a step right after it, with a fresh id (``<id>-copy``, ``-copy-2``, …)."""
     workflow, draft = _editable_draft(workflow_id)
-    steps = list(draft.steps)
+    steps = _steps_of(draft, session=session)
     _check_step(steps, index, step_id)
-    taken = {s["id"] for s in steps}
+    taken = {s["id"] for s in steps} | {s["id"] for s in _steps_of(draft, session=not session)}
     base = f"{step_id}-copy"[:63]
     new_id, n = base, 2
     while new_id in taken:
         new_id, n = f"{base[:59]}-{n}", n + 1
     copy = {**steps[index], "id": new_id}
     steps.insert(index + 1, copy)
-    draft.steps = steps
-    draft.save(update_fields=["steps", "updated_at"])
+    _put_steps(draft, steps, session=session)
     audit_record(
         action="workflow.step_added",
         object_type="workflow",
@@ -437,18 +554,23 @@ def step_duplicate(*, workflow_id: int, user: User, index: int, step_id: str) ->
 
 @transaction.atomic
 def step_move(
-    *, workflow_id: int, user: User, index: int, step_id: str, to_index: int
+    *,
+    workflow_id: int,
+    user: User,
+    index: int,
+    step_id: str,
+    to_index: int,
+    session: bool = False,
 ) -> WorkflowVersion:
     """Move a step to ``to_index`` (clamped to the list). Moving onto itself changes nothing."""
     workflow, draft = _editable_draft(workflow_id)
-    steps = list(draft.steps)
+    steps = _steps_of(draft, session=session)
     _check_step(steps, index, step_id)
     to_index = max(0, min(to_index, len(steps) - 1))
     if to_index == index:
         return draft
     steps.insert(to_index, steps.pop(index))
-    draft.steps = steps
-    draft.save(update_fields=["steps", "updated_at"])
+    _put_steps(draft, steps, session=session)
     audit_record(
         action="workflow.step_moved",
         object_type="workflow",
@@ -457,6 +579,73 @@ def step_move(
         before={"position": index},
         after={"position": to_index},
         extra={"draft": draft.pk, "step": step_id},
+    )
+    return draft
+
+
+@transaction.atomic
+def session_check_save(
+    *,
+    workflow_id: int,
+    user: User,
+    check_url: str,
+    logged_in: dict[str, Any],
+    rebake_every_hours: int,
+) -> WorkflowVersion:
+    """Set how the draft's session template tells a logged-in browser (creating the template,
+    without steps yet, if the draft has none). Whether the URL's host is allowed is checked with
+    the rest of the draft, at publish."""
+    workflow, draft = _editable_draft(workflow_id)
+    errors: dict[str, list[str]] = {}
+    try:
+        target = Target.model_validate(logged_in).model_dump(exclude_defaults=True)
+    except ValidationError as exc:
+        errors["logged_in"] = [str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()]
+    check_url = check_url.strip()
+    if not check_url:
+        errors["check_url"] = ["say which page shows whether the browser is logged in"]
+    elif TEMPLATE.search(check_url):
+        errors["check_url"] = ["the check URL is the same for every run: it cannot use {{ … }}"]
+    bounds = SessionSpec.model_fields["rebake_every_hours"].metadata
+    low = next(b.ge for b in bounds if hasattr(b, "ge"))
+    high = next(b.le for b in bounds if hasattr(b, "le"))
+    if not low <= rebake_every_hours <= high:
+        errors["rebake_every_hours"] = [f"between {low} and {high} hours"]
+    if errors:
+        raise WorkflowError("invalid session check", errors)
+    before = {k: v for k, v in (draft.session or {}).items() if k != "steps"}
+    after = {"check_url": check_url, "logged_in": target, "rebake_every_hours": rebake_every_hours}
+    draft.session = {"steps": _steps_of(draft, session=True), **after}
+    draft.save(update_fields=["session", "updated_at"])
+    audit_record(
+        action="workflow.session_changed",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        before=before or None,
+        after=after,
+        extra={"draft": draft.pk},
+    )
+    return draft
+
+
+@transaction.atomic
+def session_remove(*, workflow_id: int, user: User) -> WorkflowVersion:
+    """Drop the draft's session template: runs of the next version log in with their own steps.
+    Idempotent."""
+    workflow, draft = _editable_draft(workflow_id)
+    if draft.session is None:
+        return draft
+    before = draft.session
+    draft.session = None
+    draft.save(update_fields=["session", "updated_at"])
+    audit_record(
+        action="workflow.session_removed",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        before=before,
+        extra={"draft": draft.pk},
     )
     return draft
 
@@ -572,6 +761,7 @@ _TAGS = {
     "uncheck",
     "press",
     "wait_for",
+    "wait",
     "extract",
     "assert",
     "screenshot",
@@ -669,9 +859,19 @@ def workflow_import(*, user: User, text: str | bytes) -> Workflow:
     workflow.allowed_hosts = list(document.settings.allowed_hosts)
     workflow.step_budget = document.settings.step_budget
     workflow.run_ttl_minutes = document.settings.run_ttl_minutes
+    workflow.max_concurrent_runs = document.settings.max_concurrent_runs
     workflow.approval_quorum = document.settings.approval.quorum
     workflow.approval_expiry_minutes = document.settings.approval.expiry_minutes
     workflow.author_may_approve = document.settings.approval.author_may_approve
+    workflow.approval_remind_before_minutes = document.settings.approval.remind_before_minutes
+    workflow.approval_escalate_after_minutes = document.settings.approval.escalate_after_minutes
+    workflow.approval_escalation_group = document.settings.approval.escalation_group
+    workflow.approval_reach = document.settings.approval.model_dump(
+        mode="json", include=set(APPROVAL_REACH_OPTIONS), exclude_defaults=True
+    )
+    workflow.recording = document.settings.model_dump(
+        mode="json", include=set(RECORDING_OPTIONS), exclude_defaults=True
+    )
     workflow.save()
     workflow.credentials.set(Credential.objects.filter(name__in=document.settings.credentials))
     draft = _draft(workflow)

@@ -17,6 +17,26 @@ urlpatterns = [
     path("<slug:slug>/steps/add/", views.step_edit, name="step_add"),
     path("<slug:slug>/steps/<int:index>/edit/", views.step_edit, name="step_edit"),
     path("<slug:slug>/steps/<int:index>/<str:action>/", views.step_action, name="step_action"),
+    path("<slug:slug>/session/", views.session_edit, name="session"),
+    path("<slug:slug>/session/remove/", views.session_remove, name="session_remove"),
+    path(
+        "<slug:slug>/session/steps/add/",
+        views.step_edit,
+        {"session": True},
+        name="session_step_add",
+    ),
+    path(
+        "<slug:slug>/session/steps/<int:index>/edit/",
+        views.step_edit,
+        {"session": True},
+        name="session_step_edit",
+    ),
+    path(
+        "<slug:slug>/session/steps/<int:index>/<str:action>/",
+        views.step_action,
+        {"session": True},
+        name="session_step_action",
+    ),
     path("<slug:slug>/parameters/add/", views.parameter_edit, name="parameter_add"),
     path("<slug:slug>/parameters/<int:index>/edit/", views.parameter_edit, name="parameter_edit"),
     path(

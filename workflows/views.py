@@ -13,7 +13,7 @@ from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
-from pandaweb.core.roles import Capability
+from pandaweb.core.roles import Capability, Role
 from sessions import selectors as session_selectors
 from workflows import selectors, services
 from workflows.diff import document_diff
@@ -22,13 +22,14 @@ from workflows.forms import (
     CredentialValueForm,
     ImportForm,
     ParameterForm,
+    SessionCheckForm,
     StepForm,
     WorkflowCreateForm,
     WorkflowSettingsForm,
     lines,
 )
 from workflows.models import Credential, Workflow
-from workflows.schema import STEP_TYPES, Parameter
+from workflows.schema import SESSION_STEP_TYPES, STEP_TYPES, Parameter, Target
 
 STEP_PALETTE = [
     ("goto", "Go to a page"),
@@ -40,11 +41,17 @@ STEP_PALETTE = [
     ("uncheck", "Untick"),
     ("press", "Press a key"),
     ("wait_for", "Wait for"),
+    ("wait", "Pause"),
     ("extract", "Extract values"),
     ("assert", "Check the outcome"),
     ("screenshot", "Screenshot"),
     ("download", "Download a file"),
+    ("ask", "Ask a person"),
 ]
+
+
+# What a session template may do: get to a logged-in page.
+SESSION_PALETTE = [(kind, label) for kind, label in STEP_PALETTE if kind in SESSION_STEP_TYPES]
 
 
 def _editable(request: AuthenticatedRequest) -> bool:
@@ -55,10 +62,15 @@ def _editor_context(request: AuthenticatedRequest, workflow: Workflow) -> dict[s
     draft = selectors.draft_of(workflow)
     review = services.draft_review(workflow, draft) if draft is not None else None
     working = selectors.working_copy(workflow)
+    session = (working.session if working else None) or None
     return {
         "workflow": workflow,
         "draft": draft,
         "steps": selectors.step_views(working.steps) if working else [],
+        "session": session,
+        "session_steps": selectors.step_views(session.get("steps", [])) if session else [],
+        "session_check": selectors.session_check_view(session) if session else None,
+        "session_palette": SESSION_PALETTE,
         "parameters": [Parameter.model_validate(p) for p in working.parameters] if working else [],
         "review": review,
         "versions": selectors.published_versions(workflow),
@@ -183,12 +195,22 @@ def workflow_settings(request: AuthenticatedRequest, slug: str) -> HttpResponse:
         "allowed_hosts": "\n".join(workflow.allowed_hosts),
         "step_budget": workflow.step_budget,
         "run_ttl_minutes": workflow.run_ttl_minutes,
+        "max_concurrent_runs": workflow.max_concurrent_runs,
         "approval_quorum": workflow.approval_quorum,
         "approval_expiry_minutes": workflow.approval_expiry_minutes,
         "author_may_approve": workflow.author_may_approve,
+        "approval_remind_before_minutes": workflow.approval_remind_before_minutes,
+        "approval_escalate_after_minutes": workflow.approval_escalate_after_minutes,
+        "approval_escalation_group": workflow.approval_escalation_group or None,
         "credentials": list(workflow.credentials.all()),
+        "offer_as_tool": workflow.offer_as_tool,
     }
     form = WorkflowSettingsForm(request.POST or None, initial=initial)
+    if not (
+        request.user.is_superuser or request.user.groups.filter(name=Role.ADMINS.value).exists()
+    ):
+        # Offering a workflow to AI agents is an administrator's call (the service checks too).
+        form.fields["offer_as_tool"].disabled = True
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -201,10 +223,19 @@ def workflow_settings(request: AuthenticatedRequest, slug: str) -> HttpResponse:
                 allowed_hosts=lines(data["allowed_hosts"]),
                 step_budget=data["step_budget"],
                 run_ttl_minutes=data["run_ttl_minutes"],
+                max_concurrent_runs=data["max_concurrent_runs"],
                 approval_quorum=data["approval_quorum"],
                 approval_expiry_minutes=data["approval_expiry_minutes"],
                 author_may_approve=data["author_may_approve"],
                 credentials=list(data["credentials"]),
+                approval_remind_before_minutes=data["approval_remind_before_minutes"],
+                approval_escalate_after_minutes=data["approval_escalate_after_minutes"],
+                approval_escalation_group=(
+                    data["approval_escalation_group"].name
+                    if data["approval_escalation_group"]
+                    else ""
+                ),
+                offer_as_tool=data["offer_as_tool"],
             )
         except services.WorkflowError as exc:
             if not exc.field_errors:
@@ -218,31 +249,39 @@ def workflow_settings(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 @capability_required(Capability.AUTHOR_WORKFLOWS)
-def step_edit(request: AuthenticatedRequest, slug: str, index: int | None = None) -> HttpResponse:
-    """Add a step (``index`` None, type from ``?type=``) or edit the step at ``index``."""
+def step_edit(
+    request: AuthenticatedRequest, slug: str, index: int | None = None, session: bool = False
+) -> HttpResponse:
+    """Add a step (``index`` None, type from ``?type=``) or edit the step at ``index``; with
+    ``session``, a step of the session template."""
     workflow = selectors.workflow_get(slug)
     draft = selectors.working_copy(workflow)
     existing = None
+    allowed = SESSION_STEP_TYPES if session else STEP_TYPES
     if index is not None:
-        steps = draft.steps if draft else []
+        steps = _draft_steps(draft, session=session)
         if not 0 <= index < len(steps):
             raise Http404("no such step")
         existing = steps[index]
         step_type = str(existing.get("type"))
     else:
         step_type = request.POST.get("type") or request.GET.get("type", "")
-        if step_type not in STEP_TYPES:
+        if step_type not in allowed:
             raise Http404("no such step type")
     initial = (
         StepForm.initial_from_step(existing) if existing else {"id": _fresh_id(draft, step_type)}
     )
-    form = StepForm(request.POST or None, step_type=step_type, initial=initial)
+    form = StepForm(request.POST or None, step_type=step_type, initial=initial, session=session)
     if request.method == "POST" and form.is_valid():
         data = form.to_data()
         if data is not None:
             try:
                 services.step_save(
-                    workflow_id=workflow.pk, user=request.user, data=data, index=index
+                    workflow_id=workflow.pk,
+                    user=request.user,
+                    data=data,
+                    index=index,
+                    session=session,
                 )
             except services.WorkflowError as exc:
                 if not exc.field_errors:
@@ -250,19 +289,35 @@ def step_edit(request: AuthenticatedRequest, slug: str, index: int | None = None
                 form.add_schema_errors(exc.field_errors)
             else:
                 return _editor_response(request, workflow)
+    prefix = "workflows:session_step" if session else "workflows:step"
     context = {
         "workflow": workflow,
         "form": form,
         "step_type": step_type,
         "index": index,
+        "session": session,
         "type_label": dict(STEP_PALETTE)[step_type],
+        "form_url": reverse(f"{prefix}_add", kwargs={"slug": slug})
+        if index is None
+        else reverse(f"{prefix}_edit", kwargs={"slug": slug, "index": index}),
     }
     template = "workflows/step_form.html#form" if request.htmx else "workflows/step_form.html"
     return render(request, template, context)
 
 
+def _draft_steps(draft: Any, *, session: bool) -> list[dict[str, Any]]:
+    if draft is None:
+        return []
+    if session:
+        return list((draft.session or {}).get("steps", []))
+    return list(draft.steps)
+
+
 def _fresh_id(draft: Any, step_type: str) -> str:
-    taken = {s.get("id") for s in (draft.steps if draft else [])}
+    # Unique across the run's steps and the session template's.
+    taken = {
+        s.get("id") for s in _draft_steps(draft, session=False) + _draft_steps(draft, session=True)
+    }
     base = step_type.replace("_", "-")
     n = 1
     while f"{base}-{n}" in taken:
@@ -272,22 +327,82 @@ def _fresh_id(draft: Any, step_type: str) -> str:
 
 @require_POST
 @capability_required(Capability.AUTHOR_WORKFLOWS)
-def step_action(request: AuthenticatedRequest, slug: str, index: int, action: str) -> HttpResponse:
+def step_action(
+    request: AuthenticatedRequest, slug: str, index: int, action: str, session: bool = False
+) -> HttpResponse:
     workflow = selectors.workflow_get(slug)
     step_id = request.POST.get("step_id", "")
     user, pk = request.user, workflow.pk
     try:
         if action == "delete":
-            services.step_delete(workflow_id=pk, user=user, index=index, step_id=step_id)
+            services.step_delete(
+                workflow_id=pk, user=user, index=index, step_id=step_id, session=session
+            )
         elif action == "duplicate":
-            services.step_duplicate(workflow_id=pk, user=user, index=index, step_id=step_id)
+            services.step_duplicate(
+                workflow_id=pk, user=user, index=index, step_id=step_id, session=session
+            )
         elif action in ("up", "down"):
             to_index = index + (-1 if action == "up" else 1)
             services.step_move(
-                workflow_id=pk, user=user, index=index, step_id=step_id, to_index=to_index
+                workflow_id=pk,
+                user=user,
+                index=index,
+                step_id=step_id,
+                to_index=to_index,
+                session=session,
             )
         else:
             raise Http404("no such action")
+    except services.WorkflowError as exc:
+        return _refused(request, workflow, exc)
+    return _editor_response(request, workflow)
+
+
+@require_http_methods(["GET", "POST"])
+@capability_required(Capability.AUTHOR_WORKFLOWS)
+def session_edit(request: AuthenticatedRequest, slug: str) -> HttpResponse:
+    """The session template's logged-in check: its page, its target, how often it is re-baked."""
+    workflow = selectors.workflow_get(slug)
+    draft = selectors.working_copy(workflow)
+    session = (draft.session if draft else None) or {}
+    initial: dict[str, Any] = {"rebake_every_hours": 12}
+    if session:
+        initial = {
+            "check_url": session.get("check_url", ""),
+            "logged_in": Target.model_validate(session["logged_in"]).to_compact()
+            if session.get("logged_in")
+            else "",
+            "rebake_every_hours": session.get("rebake_every_hours", 12),
+        }
+    form = SessionCheckForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            services.session_check_save(
+                workflow_id=workflow.pk,
+                user=request.user,
+                check_url=data["check_url"],
+                logged_in=form.logged_in_target(),
+                rebake_every_hours=data["rebake_every_hours"],
+            )
+        except services.WorkflowError as exc:
+            if not exc.field_errors:
+                form.add_error(None, str(exc))
+            _add_service_errors(form, exc)
+        else:
+            return _editor_response(request, workflow)
+    context = {"workflow": workflow, "form": form, "new": not session}
+    template = "workflows/session_form.html#form" if request.htmx else "workflows/session_form.html"
+    return render(request, template, context)
+
+
+@require_POST
+@capability_required(Capability.AUTHOR_WORKFLOWS)
+def session_remove(request: AuthenticatedRequest, slug: str) -> HttpResponse:
+    workflow = selectors.workflow_get(slug)
+    try:
+        services.session_remove(workflow_id=workflow.pk, user=request.user)
     except services.WorkflowError as exc:
         return _refused(request, workflow, exc)
     return _editor_response(request, workflow)

@@ -9,6 +9,8 @@ Layout of the zip::
                         pictures, under their paths in the run's files directory
     observations/       what the robot read on each step (the JSON that observation_sha256 covers)
     artifacts/          the run's downloads
+    control/            each take-over's inputs (inputs.jsonl) and its frame a second
+    filmstrip/          the run's filmstrip frames and their index, when the workflow keeps one
     SHA256SUMS          the sha256 of every other file (``sha256sum -c SHA256SUMS``)
 
 Files are copied from the run's files directory in chunks and hashed while they are written, so
@@ -44,6 +46,7 @@ from pandaweb.audit import chain
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.selectors import RunTimeline, TimelineEntry, run_get, run_timeline
 from pandaweb.audit.services import audit_record
+from sessions.filmstrip import filmstrip_frames
 from sessions.models import Run
 from sessions.services import run_files_dir
 
@@ -257,6 +260,8 @@ def _collect(
                 ),
                 "action_started_at": _iso(approval.intent_at),
                 "action_completed_at": _iso(approval.completed_at),
+                "action_refused_at": _iso(approval.refused_at),
+                "action_result": approval.action_result,
                 "decisions": [
                     {
                         "reviewer": decision.reviewer.get_username(),
@@ -288,6 +293,42 @@ def _collect(
             }
         )
 
+    controls = []
+    for session in run.control_sessions.select_related("user"):
+        label = f"control session {session.pk}"
+        folder = run_files_dir(run.pk) / session.files_dir
+        files = sorted(folder.iterdir()) if session.files_dir and folder.is_dir() else []
+        controls.append(
+            {
+                "id": session.pk,
+                "by": session.user.get_username(),
+                "before_step_number": session.step_index + 1,
+                "opened_at": _iso(session.opened_at),
+                "closed_at": _iso(session.closed_at),
+                "close_reason": session.close_reason,
+                "navigated": session.navigated,
+                "typed": session.typed,
+                "urls": session.urls,
+                "inputs": session.inputs,
+                "files": [
+                    _file_fact(
+                        writer, run, f"{session.files_dir}/{path.name}", "control", "", why=label
+                    )
+                    for path in files
+                ],
+            }
+        )
+    film_root = run_files_dir(run.pk) / "filmstrip"
+    filmstrip = []
+    for frame in filmstrip_frames(run_files_dir(run.pk)):
+        fact = _file_fact(
+            writer, run, f"filmstrip/{frame['file']}", "filmstrip", frame["sha256"],
+            why="filmstrip",
+        )  # fmt: skip
+        filmstrip.append({"at": frame["at"], "masks": frame.get("masks", 0), **(fact or {})})
+    if (film_root / "index.jsonl").is_file():
+        writer.copy(run.pk, "filmstrip/index.jsonl", "filmstrip", why="filmstrip")
+
     audit_events = [_audit_event(event) for event in timeline.audit_events]
     return {
         "format": FORMAT,
@@ -313,6 +354,8 @@ def _collect(
         "steps": steps,
         "approvals": approvals,
         "artifacts": artifacts,
+        "control_sessions": controls,
+        "filmstrip": filmstrip,
         "missing_files": writer.missing,
         "run_events": [
             {"seq": e.seq, "type": e.type, "payload": e.payload, "created_at": _iso(e.created_at)}

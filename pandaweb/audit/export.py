@@ -45,6 +45,7 @@ import hashlib
 import io
 import json
 import os
+import sys
 import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -477,6 +478,7 @@ def _verify_archive(archive: zipfile.ZipFile, pinned: Ed25519PublicKey | None) -
         csv_meter = _Meter(csv_member)
         lines = io.BufferedReader(jsonl, _CHUNK)
         csv_text = io.TextIOWrapper(io.BufferedReader(csv_meter, _CHUNK), "utf-8", newline="")
+        _allow_csv_fields_of(manifest["files"][CSV_NAME]["bytes"])
         problem = _check_events(lines, csv_text, walk, manifest)
         if problem is None:
             for name, meter in ((JSONL_NAME, jsonl), (CSV_NAME, csv_meter)):
@@ -493,6 +495,17 @@ def _verify_archive(archive: zipfile.ZipFile, pinned: Ed25519PublicKey | None) -
             manifest=manifest,
         )
     return ExportCheck(ok=True, count=walk.span.count, manifest=manifest)
+
+
+def _allow_csv_fields_of(size: int) -> None:
+    """Let the CSV reader take a field as large as the whole file (an event's JSON is one field,
+    and the reader's default limit of 128 kB is smaller than events the trail can hold).
+
+    The limit is per process: it is only ever raised, so a verification running in another
+    thread never sees it lowered under its feet. No field can outgrow the file it is in."""
+    wanted = min(max(size, 0), sys.maxsize)
+    if wanted > csv.field_size_limit():
+        csv.field_size_limit(wanted)
 
 
 def _read_small(archive: zipfile.ZipFile, name: str, limit: int) -> bytes | None:

@@ -23,6 +23,7 @@ from django.db.models import Max, QuerySet
 from django.utils import timezone
 
 from pandaweb.audit import chain, selectors
+from pandaweb.audit.checkpoints import audit_checkpoint_write
 from pandaweb.audit.export import Manifest, fingerprint, write_export
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
@@ -56,7 +57,8 @@ def audit_export(*, user: User, filters: AuditFilter, out: IO[bytes]) -> Manifes
     Needs the EXPORT_AUDIT capability (PermissionDenied). Raises AuditExportError for an unknown
     workflow slug, ``export.ExportError`` when a selected event does not verify and
     ImproperlyConfigured for a bad signing key; ``out`` then holds nothing usable. Once the zip is
-    complete, records one ``audit.exported`` event in its own short transaction. Not idempotent:
+    complete, records one ``audit.exported`` event in its own short transaction, then writes a
+    signed checkpoint of the head (which includes that event). Not idempotent:
     every call is a new export with its own event.
     """
     if not user_can(user, Capability.EXPORT_AUDIT):
@@ -95,6 +97,9 @@ def audit_export(*, user: User, filters: AuditFilter, out: IO[bytes]) -> Manifes
                 "signed_by": fingerprint(manifest.public_key),
             },
         )
+    # The head as of this export, signed and kept outside the database: a later rewrite of
+    # anything up to here shows against it (audit_verify --checkpoints).
+    audit_checkpoint_write(reason="export")
     return manifest
 
 

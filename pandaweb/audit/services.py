@@ -104,7 +104,7 @@ def audit_record(
         "run_id": run_id,
         "step_id": step_id,
         "approval_id": approval_id,
-        "extra": _plain(redact(extra or {})),
+        "extra": _plain(redact(_with_token(extra, request or current_request.get()))),
     }
 
     _lock_chain_head()
@@ -131,6 +131,22 @@ def audit_verify_database(*, batch_size: int = 5000) -> chain.VerifyResult:
         .iterator(chunk_size=batch_size)
     )
     return chain.verify(rows, start_sequence=1)
+
+
+def _with_token(extra: Mapping[str, Any] | None, request: HttpRequest | None) -> dict[str, Any]:
+    """``extra``, plus the API token the request was made with (``request.api_token``, set by the
+    API's authentication), so every change made through a token names it."""
+    token = getattr(request, "api_token", None) if request is not None else None
+    if token is None:
+        return dict(extra or {})
+    return {**(extra or {}), "via": dict(token.audit_label)}
+
+
+def audit_chain_lock() -> None:
+    """Take the chain's lock now rather than at the next ``audit_record`` (held to the end of
+    the caller's transaction). For a service with a lock of its own that it takes after
+    writing audit rows in some transactions: taking the chain first everywhere keeps one order."""
+    _lock_chain_head()
 
 
 def _lock_chain_head() -> None:

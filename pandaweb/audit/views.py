@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -22,6 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 from pandaweb.audit import exports, selectors, signing
 from pandaweb.audit.bundles import run_bundle_to_file
 from pandaweb.audit.chain import VerifyResult
+from pandaweb.audit.checkpoints import audit_verify_checkpoints, checkpoint_dir
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_verify_database
 from pandaweb.core.http import AuthenticatedRequest
@@ -32,17 +34,37 @@ from sessions.models import Run
 _DATE = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
 
 
+# Filter days are turned into times with a day added (the end is exclusive): the last days of
+# year 9999 would overflow, and no event is older than the first day.
+_FIRST_DAY, _LAST_DAY = date(1970, 1, 1), date(9998, 12, 31)
+# Identifiers and cursors are 64-bit integers in the database.
+_LARGEST_ID = 2**63 - 1
+
+
+def _within_days(day: date | None) -> None:
+    if day is not None and not _FIRST_DAY <= day <= _LAST_DAY:
+        raise forms.ValidationError(
+            f"Pick a day between {_FIRST_DAY.isoformat()} and {_LAST_DAY.isoformat()}."
+        )
+
+
 class EventFilterForm(forms.Form):
     """The filters of the audit page, from the query string (every field optional)."""
 
-    date_from = forms.DateField(required=False, label="From", widget=_DATE)
-    date_to = forms.DateField(required=False, label="To", widget=_DATE)
+    date_from = forms.DateField(
+        required=False, label="From", widget=_DATE, validators=[_within_days]
+    )
+    date_to = forms.DateField(required=False, label="To", widget=_DATE, validators=[_within_days])
     actor = forms.CharField(required=False, max_length=150, label="Actor")
     action = forms.CharField(required=False, max_length=100, label="Action")
     workflow = forms.ChoiceField(required=False, label="Workflow")
-    run = forms.IntegerField(required=False, min_value=1, label="Run")
-    before = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
-    after = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
+    run = forms.IntegerField(required=False, min_value=1, max_value=_LARGEST_ID, label="Run")
+    before = forms.IntegerField(
+        required=False, min_value=1, max_value=_LARGEST_ID, widget=forms.HiddenInput
+    )
+    after = forms.IntegerField(
+        required=False, min_value=0, max_value=_LARGEST_ID, widget=forms.HiddenInput
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -70,15 +92,19 @@ class EventFilterForm(forms.Form):
             run_id=data.get("run"),
         )
 
-    def query(self, **cursor: int) -> str:
-        """The query string of these filters, with a page cursor."""
+    def applied(self) -> list[tuple[str, str]]:
+        """The filters that select the listed events, as (field name, value) in query form: a
+        field with an error is not among them, as it does not filter the list either."""
         data = self.cleaned_data if self.is_bound else {}
-        pairs = [
-            (name, data[name].isoformat() if hasattr(data[name], "isoformat") else data[name])
+        return [
+            (name, data[name].isoformat() if hasattr(data[name], "isoformat") else str(data[name]))
             for name in ("date_from", "date_to", "actor", "action", "workflow", "run")
             if data.get(name) not in (None, "")
         ]
-        pairs += list(cursor.items())
+
+    def query(self, **cursor: int) -> str:
+        """The query string of these filters, with a page cursor."""
+        pairs: list[tuple[str, Any]] = [*self.applied(), *cursor.items()]
         return "?" + urlencode(pairs) if pairs else "?"
 
 
@@ -117,7 +143,11 @@ def audit_index(request: AuthenticatedRequest) -> HttpResponse:
     # A history restore (back button, cache miss) needs the whole page.
     partial = request.htmx and not request.htmx.history_restore_request
     template = "audit/index.html#table" if partial else "audit/index.html"
-    return render(request, template, _index_context(request))
+    context = _index_context(request)
+    # The export form sits outside the swapped table: it is swapped along with it (out of band)
+    # so that "Export the matching events" always exports the events on screen.
+    context["export_oob"] = bool(partial and context["can_export"])
+    return render(request, template, context)
 
 
 def _index_context(request: AuthenticatedRequest) -> dict[str, Any]:
@@ -129,9 +159,11 @@ def _index_context(request: AuthenticatedRequest) -> dict[str, Any]:
     page = selectors.audit_page(
         selectors.audit_events(filters), before=data.get("before"), after=data.get("after")
     )
+    labels = {name: str(field.label) for name, field in form.fields.items()}
     return {
         "form": form,
         "filters": filters,
+        "export_filters": [(name, labels[name], value) for name, value in form.applied()],
         "rows": [_row(event) for event in page.events],
         "page": page,
         "newer_query": form.query(after=page.newer_than) if page.newer_than else "",
@@ -149,8 +181,13 @@ def _index_context(request: AuthenticatedRequest) -> dict[str, Any]:
 @require_POST
 @capability_required(Capability.EXPORT_AUDIT)
 def audit_verify(request: AuthenticatedRequest) -> HttpResponse:
-    """Verify the whole chain now: the result panel for htmx, the page with it otherwise."""
+    """Verify the whole chain now, and against the signed checkpoints when there are any: the
+    result panel for htmx, the page with it otherwise."""
     result: VerifyResult = audit_verify_database()
+    directory = checkpoint_dir()
+    if any(directory.glob("checkpoint-*.json")):
+        # The signed heads kept outside the database also catch a cut tail or a rewritten chain.
+        result, _ = audit_verify_checkpoints(result, directory)
     if request.htmx:
         return render(request, "audit/index.html#chain", {"verify": result, "can_export": True})
     context = {**_index_context(request), "verify": result}

@@ -6,7 +6,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.urls import reverse
 
-from approvals.selectors import approval_pending_count
+from approvals.selectors import needs_badge
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
 
@@ -23,6 +23,7 @@ _SECTIONS: tuple[tuple[str, str, str, Capability], ...] = (
     ("runs", "Runs", "runs:index", Capability.VIEW_RUNS),
     ("approvals", "Approvals", "approvals:index", Capability.VIEW_APPROVALS),
     ("audit", "Audit", "audit:index", Capability.VIEW_AUDIT),
+    ("webhooks", "Webhooks", "webhooks:index", Capability.VIEW_SYSTEM),
     ("system", "System", "system", Capability.VIEW_SYSTEM),
 )
 
@@ -36,12 +37,11 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
         for key, label, url_name, capability in _SECTIONS
         if user_can(user, capability)
     ]
-    sees_approvals = user_can(user, Capability.VIEW_APPROVALS)
     match = request.resolver_match
+    badge = needs_badge(user)
     return {
         "nav_items": items,
         "nav_active": match.namespace or match.url_name if match else "",
         "nav_roles": sorted(group.name for group in user.groups.all()),
-        "approvals_badge_live": sees_approvals,
-        "approvals_pending_count": approval_pending_count() if sees_approvals else None,
+        "badge": badge,
     }

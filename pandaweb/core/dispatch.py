@@ -6,6 +6,8 @@ the embedded default and the scale-out deployment run the same task code.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import logging
 import threading
 import time
@@ -27,8 +29,23 @@ def dispatch(task: Task, *, queue: str | None = None, **kwargs: Any) -> None:
 
     Work must never start before the rows it reads are visible to it, hence ``on_commit``.
     ``queue`` picks a Celery queue (e.g. one worker's own); in-process it changes nothing.
+    Code below the tasks layer passes ``task_named("runs.continue")`` rather than importing the
+    tasks module, so no import runs from services back up to tasks.
     """
     transaction.on_commit(lambda: _send(task, kwargs, queue))
+
+
+def task_named(name: str) -> Task:
+    """The task registered under ``name``, importing the apps' ``tasks`` modules if needed."""
+    from celery import current_app
+    from django.apps import apps
+
+    if name not in current_app.tasks:
+        for config in apps.get_app_configs():
+            module = f"{config.name}.tasks"
+            if importlib.util.find_spec(module) is not None:
+                importlib.import_module(module)
+    return current_app.tasks[name]
 
 
 def _send(task: Task, kwargs: dict[str, Any], queue: str | None) -> None:

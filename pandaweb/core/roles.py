@@ -15,6 +15,7 @@ class Capability(StrEnum):
     AUTHOR_WORKFLOWS = "author_workflows"
     LAUNCH_RUNS = "launch_runs"
     VIEW_RUNS = "view_runs"
+    CONTROL_RUNS = "control_runs"
     VIEW_APPROVALS = "view_approvals"
     DECIDE_APPROVALS = "decide_approvals"
     VIEW_AUDIT = "view_audit"
@@ -32,6 +33,7 @@ CAPABILITY_LABELS: dict[Capability, str] = {
     Capability.AUTHOR_WORKFLOWS: "Can write and publish workflows",
     Capability.LAUNCH_RUNS: "Can launch and cancel runs",
     Capability.VIEW_RUNS: "Can watch runs and their evidence",
+    Capability.CONTROL_RUNS: "Can take control of a running run's browser",
     Capability.VIEW_APPROVALS: "Can see the approvals queue",
     Capability.DECIDE_APPROVALS: "Can approve or reject irreversible steps",
     Capability.VIEW_AUDIT: "Can read the audit trail",
@@ -54,6 +56,8 @@ ROLE_CAPABILITIES: dict[Role, frozenset[Capability]] = {
             Capability.AUTHOR_WORKFLOWS,
             Capability.LAUNCH_RUNS,
             Capability.VIEW_RUNS,
+            # Reviewers and compliance never: who decides on an action must not have done it.
+            Capability.CONTROL_RUNS,
         }
     ),
     Role.REVIEWERS: frozenset(

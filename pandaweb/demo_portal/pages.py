@@ -238,11 +238,27 @@ def login_page(*, username: str = "", next_path: str = "", error: str = "") -> s
 LAB_PAGES: tuple[tuple[str, str, str], ...] = (
     ("/lab/late-content", "Late content", "a table that appears after a delay"),
     ("/lab/modal", "Modal notice", "an overlay to close before the page works"),
+    ("/lab/consent", "Review order", "a cookie-consent modal over the page's button"),
+    ("/lab/checkpoint", "Security check", "a bot check to press and confirm, with a token field"),
     ("/lab/iframe", "Embedded form", "a form inside an iframe"),
     ("/lab/shadow", "Shadow DOM widget", "controls inside an open shadow root"),
     ("/lab/dropdown", "Custom dropdown", "a div-based ARIA listbox"),
     ("/lab/injection", "Supplier notice", "text with instructions aimed at robots"),
     ("/lab/external", "Partner offers", "a page loading third-party resources"),
+    ("/lab/sync", "Partner data sync", "a page sending your data to other hosts"),
+    ("/lab/approvals/INV-1040", "Invoice approval", "a second approval is refused in an alert"),
+    (
+        "/lab/approval-request/INV-1036",
+        "Approval request",
+        "a script shows the portal's answer a moment later",
+    ),
+    ("/lab/transfer", "Transfer", "a submission the payment service answers with HTTP 503"),
+    ("/lab/supplier", "Remove a supplier", "a native confirm() before an irreversible action"),
+    ("/lab/archive", "Archive an order", "a native prompt() asking for the order number"),
+    ("/lab/sms", "Change payout account", "a code sent by SMS that a person has to type"),
+    ("/lab/transactions", "Transactions", "a 1,000-row table, a checkbox and two buttons a row"),
+    ("/lab/products", "Office supplies", "a 300-card product grid"),
+    ("/lab/mega-menu", "Help centre", "a 400-link navigation menu"),
 )
 
 

@@ -14,6 +14,7 @@ import logging
 import math
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,8 +78,8 @@ def redirect(location: str, *headers: tuple[str, str]) -> Response:
     return Response(HTTPStatus.SEE_OTHER, b"", headers=[("Location", location), *headers])
 
 
-def json_response(data: object) -> Response:
-    return Response(HTTPStatus.OK, json.dumps(data).encode(), "application/json")
+def json_response(data: object, status: HTTPStatus = HTTPStatus.OK) -> Response:
+    return Response(status, json.dumps(data).encode(), "application/json")
 
 
 def safe_next(value: str) -> str:
@@ -347,6 +348,122 @@ def lab_external(state: PortalState, request: Request, match: re.Match[str]) -> 
     return html(lab.external_page(_user(request), request.portal_port))
 
 
+def lab_sync(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    return html(lab.sync_page(_user(request), request.portal_port))
+
+
+def lab_approval(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    invoice = state.invoice(match["number"])
+    if invoice is None:
+        return _not_found(request)
+    approval = state.approval(invoice.number)
+    approved_now = request.query.get("approved") == "1"
+    return html(
+        lab.invoice_approval_page(_user(request), invoice, approval, approved_now=approved_now)
+    )
+
+
+def lab_approve(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    user = _user(request)
+    invoice = state.invoice(match["number"])
+    if invoice is None:
+        return _not_found(request)
+    recorded, by, at = state.approve_invoice(invoice.number, user.username)
+    if not recorded:
+        # Refused where the user is looking, on a page that answers 200 like any other.
+        page = lab.invoice_approval_page(user, invoice, (by, at), refused=(by, at))
+        return html(page)
+    return redirect(f"/lab/approvals/{invoice.number}?approved=1")
+
+
+def lab_approval_request(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    invoice = state.invoice(match["number"])
+    if invoice is None:
+        return _not_found(request)
+    return html(lab.approval_request_page(_user(request), invoice))
+
+
+def lab_api_approve(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    """The approval request page's script approves through this JSON endpoint."""
+    invoice = state.invoice(match["number"])
+    if invoice is None:
+        return json_response({"message": "No such invoice."}, HTTPStatus.NOT_FOUND)
+    recorded, by, at = state.approve_invoice(invoice.number, _user(request).username)
+    if not recorded:
+        message = lab.already_approved(by, at)
+        return json_response({"message": message}, HTTPStatus.CONFLICT)
+    return json_response({"message": f"Invoice {invoice.number} approved for payment."})
+
+
+def lab_transfer_send(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    return html(lab.transfer_unavailable_page(), HTTPStatus.SERVICE_UNAVAILABLE)
+
+
+def lab_supplier(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    removed = lab.LAB_SUPPLIER in state.removed_suppliers()
+    return html(lab.supplier_page(_user(request), removed=removed))
+
+
+def lab_supplier_remove(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    if not state.remove_supplier(lab.LAB_SUPPLIER):
+        return html(lab.supplier_page(_user(request), removed=True, refused=True))
+    return redirect("/lab/supplier")
+
+
+def lab_archive(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    archived = lab.LAB_ORDER in state.archived_orders()
+    return html(lab.archive_page(_user(request), archived=archived))
+
+
+def lab_archive_post(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    state.archive_order(lab.LAB_ORDER)
+    return redirect("/lab/archive")
+
+
+def lab_sms(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    stage = request.query.get("stage", "start")
+    if stage not in ("start", "sent", "wrong", "confirmed"):
+        stage = "start"
+    return html(lab.sms_page(_user(request), stage=stage))
+
+
+def lab_sms_send(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    state.send_sms_code()
+    return redirect("/lab/sms?stage=sent")
+
+
+def lab_sms_confirm(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    confirmed = state.confirm_sms_code(request.form.get("code", "").strip())
+    return redirect(f"/lab/sms?stage={'confirmed' if confirmed else 'wrong'}")
+
+
+def api_last_code(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    """Test hook: the SMS the portal sent last, as the phone would show it."""
+    code = state.last_sms_code()
+    return json_response({"to": lab.LAB_SMS_PHONE, "code": code})
+
+
+def api_lab(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    """Test hook: what the lab's irreversible pages recorded."""
+    return json_response(
+        {
+            "approvals": [
+                {"invoice": number, "by": by, "at": at.isoformat()}
+                for number, (by, at) in sorted(state.approvals().items())
+            ],
+            "removed_suppliers": state.removed_suppliers(),
+            "archived_orders": state.archived_orders(),
+            "sms_confirmations": [at.isoformat() for at in state.sms_confirmations()],
+        }
+    )
+
+
+def api_lab_approve(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    """Test hook: a colleague approves an invoice in another browser."""
+    recorded, by, _ = state.approve_invoice(match["number"], request.form.get("by", "colleague"))
+    return json_response({"recorded": recorded, "by": by})
+
+
 _INVOICE = r"(?P<number>INV-[0-9]{4,6})"
 
 ROUTES: tuple[Route, ...] = (
@@ -369,12 +486,36 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", re.compile(r"/api/drafts/reprice"), api_reprice, login_required=False),
     Route("GET", re.compile(r"/lab/late-content"), _lab_view(lab.late_content_page)),
     Route("GET", re.compile(r"/lab/modal"), _lab_view(lab.modal_page)),
+    Route("GET", re.compile(r"/lab/consent"), _lab_view(lab.consent_page)),
+    Route("GET", re.compile(r"/lab/checkpoint"), _lab_view(lab.checkpoint_page)),
     Route("GET", re.compile(r"/lab/iframe"), _lab_view(lab.iframe_page)),
     Route("GET", re.compile(r"/lab/iframe-inner"), lab_iframe_inner),
     Route("GET", re.compile(r"/lab/shadow"), _lab_view(lab.shadow_page)),
     Route("GET", re.compile(r"/lab/dropdown"), _lab_view(lab.dropdown_page)),
     Route("GET", re.compile(r"/lab/injection"), _lab_view(lab.injection_page)),
     Route("GET", re.compile(r"/lab/external"), lab_external),
+    Route("GET", re.compile(r"/lab/sync"), lab_sync),
+    Route("GET", re.compile(rf"/lab/approvals/{_INVOICE}"), lab_approval),
+    Route("POST", re.compile(rf"/lab/approvals/{_INVOICE}"), lab_approve),
+    Route("GET", re.compile(rf"/lab/approval-request/{_INVOICE}"), lab_approval_request),
+    Route("POST", re.compile(rf"/lab/api/approvals/{_INVOICE}"), lab_api_approve),
+    Route("GET", re.compile(r"/lab/transfer"), _lab_view(lab.transfer_page)),
+    Route("POST", re.compile(r"/lab/transfer"), lab_transfer_send),
+    Route("GET", re.compile(r"/lab/supplier"), lab_supplier),
+    Route("POST", re.compile(r"/lab/supplier/remove"), lab_supplier_remove),
+    Route("GET", re.compile(r"/lab/archive"), lab_archive),
+    Route("GET", re.compile(r"/lab/transactions"), _lab_view(lab.dense_table_page)),
+    Route("GET", re.compile(r"/lab/products"), _lab_view(lab.dense_grid_page)),
+    Route("GET", re.compile(r"/lab/mega-menu"), _lab_view(lab.mega_menu_page)),
+    Route("POST", re.compile(r"/lab/archive"), lab_archive_post),
+    Route("GET", re.compile(r"/lab/sms"), lab_sms),
+    Route("POST", re.compile(r"/lab/sms/send"), lab_sms_send),
+    Route("POST", re.compile(r"/lab/sms/confirm"), lab_sms_confirm),
+    Route("GET", re.compile(r"/api/last-code"), api_last_code, login_required=False),
+    Route("GET", re.compile(r"/api/lab"), api_lab, login_required=False),
+    Route(
+        "POST", re.compile(rf"/api/lab/approvals/{_INVOICE}"), api_lab_approve, login_required=False
+    ),
 )
 
 
@@ -416,6 +557,9 @@ class PortalServer(ThreadingHTTPServer):
         # Extra seconds for paths matching a pattern: an answer that is slow to come back after
         # the portal has already acted (tests of a worker lost in the middle of a payment).
         self.slow_paths: dict[str, float] = {}
+        # Paths whose answer waits until the event is set (at most a minute): a test orders two
+        # browsers' requests by what happened, not by how long it took.
+        self.held_paths: dict[str, threading.Event] = {}
 
 
 class PortalHandler(BaseHTTPRequestHandler):
@@ -469,6 +613,9 @@ class PortalHandler(BaseHTTPRequestHandler):
         )
         if delay > 0:
             time.sleep(delay)
+        for pattern, released in list(server.held_paths.items()):
+            if re.search(pattern, url.path):
+                released.wait(60)
         self._send(response)
 
     def _send(self, response: Response) -> None:

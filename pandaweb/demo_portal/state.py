@@ -205,6 +205,13 @@ class PortalState:
         self._sessions: dict[str, str] = {}
         self._payments: list[Payment] = []
         self._drafts: dict[str, PaymentDraft] = {}
+        # Lab: invoice approvals (number → who, when) and removed suppliers, each recorded once.
+        self._approvals: dict[str, tuple[str, datetime]] = {}
+        self._removed_suppliers: list[str] = []
+        self._archived_orders: list[str] = []
+        # Lab: the SMS code last sent (one at a time, like a bank's), and the confirmations.
+        self._sms_code: str | None = None
+        self._sms_confirmed: list[datetime] = []
         self.reset()
 
     def reset(self) -> None:
@@ -215,6 +222,11 @@ class PortalState:
             self._sessions = {}
             self._payments = []
             self._drafts = {}
+            self._approvals = {}
+            self._removed_suppliers = []
+            self._archived_orders = []
+            self._sms_code = None
+            self._sms_confirmed = []
 
     # Users and sessions
 
@@ -343,3 +355,67 @@ class PortalState:
             )
             draft.receipt = payment.receipt
             return payment
+
+    # Lab ----------------------------------------------------------------------------------
+
+    def approve_invoice(self, number: str, username: str) -> tuple[bool, str, datetime]:
+        """Approve ``number`` once: (True, who, when) for this approval, or (False, who, when)
+        of the earlier one, which stands; a second approval is never recorded."""
+        with self._lock:
+            earlier = self._approvals.get(number)
+            if earlier is not None:
+                return False, *earlier
+            self._approvals[number] = (username, datetime.now(UTC))
+            return True, *self._approvals[number]
+
+    def approval(self, number: str) -> tuple[str, datetime] | None:
+        with self._lock:
+            return self._approvals.get(number)
+
+    def approvals(self) -> dict[str, tuple[str, datetime]]:
+        with self._lock:
+            return dict(self._approvals)
+
+    def remove_supplier(self, name: str) -> bool:
+        """Remove ``name`` from the suppliers; False when it was already removed."""
+        with self._lock:
+            if name in self._removed_suppliers:
+                return False
+            self._removed_suppliers.append(name)
+            return True
+
+    def removed_suppliers(self) -> list[str]:
+        with self._lock:
+            return list(self._removed_suppliers)
+
+    def archive_order(self, number: str) -> None:
+        with self._lock:
+            if number not in self._archived_orders:
+                self._archived_orders.append(number)
+
+    def archived_orders(self) -> list[str]:
+        with self._lock:
+            return list(self._archived_orders)
+
+    def send_sms_code(self) -> str:
+        """A fresh six-digit code; any earlier one stops working."""
+        with self._lock:
+            self._sms_code = f"{secrets.randbelow(1_000_000):06d}"
+            return self._sms_code
+
+    def last_sms_code(self) -> str | None:
+        with self._lock:
+            return self._sms_code
+
+    def confirm_sms_code(self, code: str) -> bool:
+        """True when ``code`` is the code last sent; a code confirms once."""
+        with self._lock:
+            if self._sms_code is None or not secrets.compare_digest(code, self._sms_code):
+                return False
+            self._sms_code = None
+            self._sms_confirmed.append(datetime.now(UTC))
+            return True
+
+    def sms_confirmations(self) -> list[datetime]:
+        with self._lock:
+            return list(self._sms_confirmed)

@@ -245,7 +245,7 @@ class LocalBackend(WorkdirSandboxes):
         workdir: Path,
         support: namespaces.Support | None,
     ) -> subprocess.Popen[bytes]:
-        from pandaweb.browser import HEADLESS_ARGS
+        from pandaweb.browser import HEADLESS_ARGS, write_profile_preferences
 
         home = workdir / "home"
         home.mkdir(mode=0o700)
@@ -256,6 +256,9 @@ class LocalBackend(WorkdirSandboxes):
             # DevToolsActivePort, so two sandboxes starting at once cannot race for one port.
             cdp_port = 0
             routing = spec.fixed_flags
+            # No private mount namespace to place the managed policy in (see namespaces):
+            # the profile's own preferences switch off what they can of the browser's calls home.
+            write_profile_preferences(workdir / "profile")
         else:
             # The namespace's loopback is the browser's alone; the host side of CDP is the
             # relay's port, chosen by the kernel.

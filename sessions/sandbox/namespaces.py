@@ -10,7 +10,9 @@ inside a user namespace, where it is root), and holds no capability at all:
   through ``cdp.sock`` to the browser's ``127.0.0.1:9222``.
 - Its mount namespace has fresh, empty tmpfs on ``/tmp``, ``/run`` and ``/dev/shm`` (the host's
   service sockets and shared memory live there), on the sandbox root (hiding every other run's
-  directory and sockets) with only its own workdir bound back in, and on ``profile/``.
+  directory and sockets) with only its own workdir bound back in, and on ``profile/``; and a
+  read-only copy of ``/etc/chromium`` holding pandaweb's managed policy (Chromium's own
+  background traffic off) over the host's.
 - Its PID namespace holds only the sandbox: the browser sees no host process, and when the
   namespace's PID 1 dies the kernel kills everything inside.
 
@@ -48,6 +50,7 @@ __all__ = [
     "browser_proxy_url",
     "command",
     "path_problem",
+    "place_policy",
     "prepare",
     "probe",
     "relay_port",
@@ -88,6 +91,13 @@ sandbox {root} tmpfs mode=700,X-mount.mkdir 0 0
 /proc/self/cwd {workdir} none bind,X-mount.mkdir 0 0
 sandbox {workdir}/profile tmpfs mode=700 0 0
 """
+
+# Debian's Chromium reads its managed policy from CHROMIUM_ETC/policies/managed, a path no
+# switch changes. The sandbox sees its own copy of the directory, read-only, with pandaweb's
+# policy in it (see ``place_policy``).
+CHROMIUM_ETC = Path("/etc/chromium")
+_POLICY_DIR = "chromium-etc"
+_POLICY_MOUNT = "{source} {target} none bind,ro 0 0\n"
 
 # Runs as PID 1 of the new namespaces, in the workdir ($1). Every step must succeed: a sandbox
 # half set up (say, with the host's /tmp still visible) must not start a browser.
@@ -178,11 +188,31 @@ def _drop(tools: dict[str, str]) -> str:
 
 
 def prepare(workdir: Path) -> None:
-    """Lay out what the namespaces need in a fresh workdir: the profile's mount point and the
-    fstab of the mounts."""
+    """Lay out what the namespaces need in a fresh workdir: the profile's mount point, the
+    browser's policy directory and the fstab of the mounts."""
     (workdir / "profile").mkdir(mode=0o700)
     fstab = _FSTAB.format(root=workdir.parent, workdir=workdir)
+    if place_policy(workdir):
+        fstab += _POLICY_MOUNT.format(source=workdir / _POLICY_DIR, target=CHROMIUM_ETC)
     (workdir / _FSTAB_FILE).write_text(fstab)
+
+
+def place_policy(workdir: Path) -> bool:
+    """Copy the host's Chromium configuration directory into the workdir with pandaweb's
+    managed policy added; False when the host has no such directory to mount it over.
+
+    Only the sandbox's mount namespace sees the copy: the host's /etc stays as it is, and two
+    sandboxes never share one policy file."""
+    from pandaweb.browser import MANAGED_POLICY_NAME, managed_policy_json
+
+    if not CHROMIUM_ETC.is_dir():
+        return False
+    copy = workdir / _POLICY_DIR
+    shutil.copytree(CHROMIUM_ETC, copy, symlinks=True)
+    managed = copy / "policies" / "managed"
+    managed.mkdir(parents=True, exist_ok=True)
+    (managed / MANAGED_POLICY_NAME).write_bytes(managed_policy_json())
+    return True
 
 
 def _try(tools: dict[str, str], *, user: bool) -> str:

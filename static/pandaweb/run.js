@@ -8,6 +8,16 @@
   var final = root.dataset.final === "1";
   var delay = 500;
 
+  // Screen readers hear each new step once, in a short sentence, not the whole fragment.
+  var announcer = document.getElementById("run-announcer");
+  function announce(element) {
+    if (!announcer || !element.classList.contains("timeline-step")) return;
+    var sentence = element.querySelector(".sentence");
+    var status = element.querySelector(".status");
+    announcer.textContent = (sentence ? sentence.textContent.trim() : "New step") +
+      (status ? ": " + status.textContent.trim() : "");
+  }
+
   function apply(fragment) {
     var template = document.createElement("template");
     template.innerHTML = fragment.html.trim();
@@ -18,6 +28,7 @@
     else {
       var target = document.querySelector(fragment.target);
       if (target) target.append(element);
+      announce(element);
     }
     // Fragments rendered outside a request carry no CSRF token: htmx adds it from <body>.
     if (window.htmx) window.htmx.process(element);
@@ -33,6 +44,7 @@
       last = data.seq;
       root.dataset.lastSeq = String(last);
       final = data.final;
+      root.dataset.final = final ? "1" : "";
       delay = 500;
     };
     socket.onclose = function () {

@@ -28,7 +28,9 @@ INPUTS = {"invoice": "INV-1001", "amount": "1,250.00"}
 @pytest.fixture
 def destroyed(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     gone: list[dict[str, Any]] = []
-    monkeypatch.setattr(services, "destroy_sandbox", gone.append)
+    monkeypatch.setattr(services.runstate, "destroy_sandbox", gone.append)
+    monkeypatch.setattr(services.launch, "destroy_sandbox", gone.append)
+    monkeypatch.setattr(services.execution, "destroy_sandbox", gone.append)
     return gone
 
 
@@ -38,7 +40,7 @@ def parked(
     """A run waiting at its irreversible step, as the gate leaves it (sandbox record included)."""
     run = services.run_launch(workflow_id=workflow.pk, user=user, raw_inputs=INPUTS)
     now = timezone.now()
-    sandbox = {"backend": "local", "run_key": f"run-{run.pk}-x", "owner": {"node": "w1@h"}}
+    sandbox = {"backend": "local", "run_key": f"run-{run.pk}-x", "host": "h"}
     Run.objects.filter(pk=run.pk).update(
         status=Run.Status.AWAITING_APPROVAL, sandbox=sandbox, deadline_at=now + timedelta(minutes=9)
     )
@@ -149,7 +151,7 @@ def test_quorum_counts_distinct_people_and_one_rejection_rejects(
     assert continuations == [
         {
             "task": "runs.continue",
-            "queue": "w1@h.dq2",
+            "queue": "host.h",
             "run_id": approval.run.pk,
             "approval_id": approval.pk,
         }
@@ -291,3 +293,79 @@ def test_a_worker_lost_inside_an_approved_action_needs_reconciliation(
     assert approval.completed_at is not None
     event = AuditEvent.objects.filter(run_id=run.pk, action="run.failed").get()
     assert event.extra["reconciled"]["note"] == "RCPT-2026-000001 in the portal"
+
+
+class RecordingLayer:
+    """A channel layer that notes each message where the continuation's sending is noted too."""
+
+    def __init__(self, happened: list[str]) -> None:
+        self.happened = happened
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        self.happened.append(f"told {group}")
+
+
+@pytest.mark.django_db
+def test_the_continuation_is_sent_before_the_dashboards_are_told(
+    operator: User,
+    demo_workflow: Workflow,
+    reviewers: list[User],
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    approval = parked(operator, demo_workflow)
+    happened: list[str] = []
+    monkeypatch.setattr(
+        "pandaweb.core.dispatch._send",
+        lambda task, kwargs, queue: happened.append(f"sent {task.name} to {queue}"),
+    )
+    layer = RecordingLayer(happened)
+    monkeypatch.setattr("sessions.events.get_channel_layer", lambda: layer)
+    monkeypatch.setattr("approvals.events.get_channel_layer", lambda: layer)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(approval, reviewers[0])
+
+    # The reviewer waits for the action; the badge and the run page can follow it.
+    assert happened[0] == "sent runs.continue to host.h"
+    assert f"told runs.{approval.run_id}" in happened[1:]
+    assert "told approvals.pending" in happened[1:]
+
+
+class BrokenLayer:
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        raise ConnectionError("the channel layer is down")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_runner_acts_once_the_intent_is_committed_even_if_nobody_is_told(
+    operator: User, demo_workflow: Workflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessions.services.runstate import TransitionRefused
+    from sessions.services.writer import _Sink
+
+    approval = parked(operator, demo_workflow)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(
+        status=ApprovalRequest.Status.APPROVED, decided_at=timezone.now()
+    )
+    Run.objects.filter(pk=approval.run_id).update(status=Run.Status.RUNNING)
+    monkeypatch.setattr("sessions.events.get_channel_layer", lambda: BrokenLayer())
+    sink = _Sink(approval.run_id)
+    sink.approval_id = approval.pk
+
+    sink.action_starting(13)  # returns: the intent is on record, the click may go ahead
+    sink.close()
+
+    approval.refresh_from_db()
+    assert approval.intent_at is not None
+    assert AuditEvent.objects.filter(
+        action="approval.action_started", approval_id=approval.pk
+    ).exists()
+    # A refused intent still stops the runner: only telling the viewers may fail quietly.
+    second = _Sink(approval.run_id)
+    second.approval_id = approval.pk
+    try:
+        with pytest.raises(TransitionRefused, match="already started once"):
+            second.action_starting(13)
+    finally:
+        second.close()

@@ -469,6 +469,44 @@ def test_operators_without_the_capability_get_403(
     assert_unchanged(approval, continuations)
 
 
+def test_the_launcher_watches_their_own_request_but_cannot_decide_it(
+    demo_workflow: Workflow,
+    operator: User,
+    reviewer: User,
+    continuations: list[dict[str, Any]],
+) -> None:
+    launcher = operator  # an operator: no approvals queue, no say in decisions
+    colleague = user_with_role(Role.OPERATORS, username="oscar")
+    stranger = user_with_role(None, username="stan")
+    approval = request_for(waiting_run(demo_workflow, launcher))
+    mine = client_for(launcher)
+
+    run_page = mine.get(f"/runs/{approval.run_id}/").content.decode()
+    assert f'<a href="/approvals/{approval.pk}/">request #{approval.pk}</a>' in run_page
+    response = mine.get(f"/approvals/{approval.pk}/")
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert escape(approval.action) in body
+    assert "You launched this run: someone else has to approve it." in body
+    assert "Approve this action" not in body
+    assert 'name="verdict"' not in body
+    assert 'href="/approvals/"' not in body  # the queue would refuse them
+    assert mine.get("/approvals/").status_code == 403
+    assert decide(mine, approval, verdict="approve").status_code == 403
+    assert decide(mine, approval, verdict="reject", reason="mine").status_code == 403
+    # A colleague who did not launch it, and a stranger, are still refused.
+    other = client_for(colleague)
+    assert other.get(f"/approvals/{approval.pk}/").status_code == 403
+    other_page = other.get(f"/runs/{approval.run_id}/").content.decode()
+    assert f"request #{approval.pk}" in other_page
+    assert f'href="/approvals/{approval.pk}/"' not in other_page
+    assert client_for(stranger).get(f"/approvals/{approval.pk}/").status_code == 403
+    assert_unchanged(approval, continuations)
+    # The reviewer still decides as before.
+    decider = client_for(reviewer).get(f"/approvals/{approval.pk}/").content.decode()
+    assert "Approve this action" in decider
+
+
 def test_compliance_reads_but_cannot_decide(
     approval: ApprovalRequest, continuations: list[dict[str, Any]]
 ) -> None:
@@ -488,8 +526,11 @@ def test_an_unknown_request_is_404(reviewer: User) -> None:
     assert client.post("/approvals/999999/decide/", {"verdict": "approve"}).status_code == 404
 
 
-def test_people_who_see_approvals_get_the_toast_and_others_do_not(
+def test_people_who_may_be_asked_or_see_approvals_get_the_toast_and_others_do_not(
     reviewer: User, operator: User
 ) -> None:
-    assert 'id="approval-toast"' in client_for(reviewer).get("/").content.decode()
-    assert 'id="approval-toast"' not in client_for(operator).get("/").content.decode()
+    assert 'id="needs-toast"' in client_for(reviewer).get("/").content.decode()
+    # An operator does not see the queue, but the runs they launch may ask them something.
+    assert 'id="needs-toast"' in client_for(operator).get("/").content.decode()
+    nobody = user_with_role(None, username="sam")
+    assert 'id="needs-toast"' not in client_for(nobody).get("/").content.decode()

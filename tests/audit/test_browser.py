@@ -63,7 +63,8 @@ def run_files_in_tmp(settings: Settings, tmp_path: Path) -> Path:
 @pytest.fixture(autouse=True)
 def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """A launch queues the run, an approval its continuation; nothing runs them here."""
-    monkeypatch.setattr(services, "dispatch", lambda task, **kwargs: None)
+    monkeypatch.setattr(services.runstate, "dispatch", lambda task, **kwargs: None)
+    monkeypatch.setattr(services.templates, "dispatch", lambda task, **kwargs: None)
     monkeypatch.setattr("pandaweb.core.dispatch.dispatch", lambda task, queue=None, **kw: None)
 
 
@@ -378,6 +379,39 @@ def test_htmx_filtering_swaps_only_the_table(run: Run, compliance: User) -> None
         "/audit/?action=run.", headers={"HX-Request": "true", "HX-History-Restore-Request": "true"}
     )
     assert "<html" in restore.content.decode()
+
+
+def test_a_refused_connection_names_its_host_and_reason_in_the_list(
+    run: Run, compliance: User
+) -> None:
+    body = client_for(compliance).get("/audit/?action=run.egress_denied").content.decode()
+
+    denial = AuditEvent.objects.get(action="run.egress_denied", run_id=run.pk).after or {}
+    [line] = re.findall(r'<p class="small audit-denial">(.*?)</p>', body)
+    assert line == (
+        f"{denial['method']} <code>{denial['host']}:{denial['port']}</code>: {denial['reason']}"
+    )
+
+
+def test_htmx_filtering_also_updates_the_export_form_with_the_filters_applied(
+    run: Run, compliance: User
+) -> None:
+    client = client_for(compliance)
+
+    partial = client.get(
+        f"/audit/?action=run.&run={run.pk}&date_from=2026-02-02&date_to=2026-01-01",
+        headers={"HX-Request": "true"},
+    ).content.decode()
+
+    oob = partial[partial.index('<div id="audit-export-filters" hx-swap-oob="true">') :]
+    hidden = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', oob))
+    # The reversed date range is reported and not applied to the list, so not exported either.
+    assert hidden == {"action": "run.", "run": str(run.pk), "date_from": "2026-02-02"}
+    full = client.get("/audit/?action=run.").content.decode()
+    assert 'id="audit-export-filters">' in full
+    assert "hx-swap-oob" not in full
+    # No snapshot of the trail in the browser's storage: back and forward ask the server.
+    assert 'hx-history="false"' in full
 
 
 # Verifying the chain ---------------------------------------------------------------------------

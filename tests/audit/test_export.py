@@ -722,17 +722,27 @@ def verify_command(*args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.django_db
-def test_the_verify_command_exit_codes_for_exports(tmp_path: Path, key: Ed25519PrivateKey) -> None:
+def test_the_verify_command_exit_codes_for_exports(
+    tmp_path: Path, key: Ed25519PrivateKey, settings: Settings
+) -> None:
     path = tmp_path / "trail.zip"
     export_to(path, chained(9), key)
     public = public_key_b64(key.public_key())
 
+    # Signed by another key than this installation's: refused unless that key is pinned.
+    code, _, err = verify_command("--export", str(path))
+    assert (
+        code,
+        err.startswith(f"audit export BROKEN: signed by key {fingerprint(public)}, "),
+    ) == (
+        1,
+        True,
+    )
+    settings.AUDIT_PUBLIC_KEY_FINGERPRINT = fingerprint(public).upper()
     code, out, _ = verify_command("--export", str(path))
     assert code == 0
     assert out.startswith("audit export OK: 9 events (sequences 1..9), head ")
-    assert out.endswith(
-        f"signed by key {fingerprint(public)} (not pinned: compare, or pass --public-key)\n"
-    )
+    assert out.endswith(f"signed by key {fingerprint(public)} (the pinned key)\n")
 
     other = public_key_b64(Ed25519PrivateKey.generate().public_key())
     code, _, err = verify_command("--export", str(path), "--public-key", other)

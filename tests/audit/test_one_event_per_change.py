@@ -36,7 +36,9 @@ def events_of(call: Callable[[], Any]) -> list[tuple[str, str]]:
 @pytest.fixture(autouse=True)
 def no_continuations(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("pandaweb.core.dispatch.dispatch", lambda task, **kwargs: None)
-    monkeypatch.setattr(services, "destroy_sandbox", lambda data: None)
+    monkeypatch.setattr(services.runstate, "destroy_sandbox", lambda data: None)
+    monkeypatch.setattr(services.launch, "destroy_sandbox", lambda data: None)
+    monkeypatch.setattr(services.execution, "destroy_sandbox", lambda data: None)
 
 
 def waiting(user: User, workflow: Workflow, *, quorum: int = 1) -> ApprovalRequest:

@@ -19,6 +19,7 @@ PAGES = {
     "/runs/": Capability.VIEW_RUNS,
     "/approvals/": Capability.VIEW_APPROVALS,
     "/audit/": Capability.VIEW_AUDIT,
+    "/webhooks/": Capability.VIEW_SYSTEM,
     "/system/": Capability.VIEW_SYSTEM,
 }
 

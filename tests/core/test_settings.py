@@ -11,6 +11,9 @@ from django.core.exceptions import ImproperlyConfigured
 from pandaweb.settings import database_from_url, env_bool, env_choice, env_int, redis_url
 
 ROOT = Path(__file__).resolve().parents[2]
+# A well-formed Fernet key, used only to satisfy the settings in a subprocess.
+FERNET_KEY = "A" * 43 + "="
+VAPID_KEY = "-----BEGIN PRIVATE KEY-----\\nnot read at import\\n-----END PRIVATE KEY-----"
 
 
 def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -155,3 +158,43 @@ def test_an_empty_redis_url_means_no_redis(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("REDIS_URL", "")
 
     assert redis_url("REDIS_URL") == ""
+
+
+def test_importing_the_settings_writes_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PANDAWEB_", "DATABASE_URL"))}
+    env |= {"PANDAWEB_DATA_DIR": str(data_dir), "DJANGO_SETTINGS_MODULE": "pandaweb.settings"}
+    keys = {
+        "PANDAWEB_SECRET_KEY": "k" * 50,
+        "PANDAWEB_CREDENTIAL_KEYS": FERNET_KEY,
+        "PANDAWEB_VAPID_PRIVATE_KEY": VAPID_KEY,
+    }
+
+    imported = subprocess.run(
+        [sys.executable, "-c", "import pandaweb.settings"],
+        cwd=ROOT, env={**env, **keys}, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    missing = subprocess.run(
+        [sys.executable, "-c", "import pandaweb.settings"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+    assert imported.returncode == 0, imported.stderr
+    assert not data_dir.exists()
+    # Without the keys in the environment the files are the entry points' to make.
+    assert f"{data_dir / 'secret_key'} is missing: run any manage.py command once" in (
+        missing.stderr
+    )
+    assert not data_dir.exists()
+
+
+def test_an_entry_point_makes_the_keys_once(tmp_path: Path) -> None:
+    from pandaweb.localfiles import ensure_local_files
+
+    environ = {"PANDAWEB_DATA_DIR": str(tmp_path / "data")}
+    ensure_local_files(environ)
+    first = (tmp_path / "data" / "secret_key").read_text()
+    ensure_local_files(environ)
+
+    assert (tmp_path / "data" / "secret_key").read_text() == first
+    assert (tmp_path / "data" / "credential_keys").stat().st_mode & 0o777 == 0o600

@@ -164,3 +164,43 @@ def test_the_external_page_tries_to_reach_other_hosts(page: Page, portal: str) -
     }
     assert set(blocked) == disallowed
     assert disallowed <= set(requested)
+
+
+def test_the_consent_dialog_swallows_clicks_until_answered(page: Page, portal: str) -> None:
+    sign_in(page, portal)
+    page.goto(f"{portal}/lab/consent")
+    send = page.get_by_role("button", name="Continue")
+
+    with pytest.raises(PlaywrightTimeoutError, match="intercepts pointer events"):
+        send.click(timeout=1500)
+    expect(page.locator("#continue-result")).to_have_text("")
+
+    page.get_by_role("dialog", name="We value your privacy").get_by_role(
+        "button", name="Reject all"
+    ).click()
+    send.click()
+    expect(page.locator("#continue-result")).to_have_text("Order PO-2026-0502 sent for delivery")
+
+
+def test_the_payout_account_changes_only_with_the_code_sent_by_sms(page: Page, portal: str) -> None:
+    sign_in(page, portal)
+    page.goto(f"{portal}/lab/sms")
+    assert fetch_json(f"{portal}/api/last-code")["code"] is None
+    page.get_by_role("button", name="Text me a code").click()
+    expect(page.get_by_role("status")).to_contain_text("We sent a six-digit code to +49 151")
+    sms = fetch_json(f"{portal}/api/last-code")
+    field = page.get_by_label("SMS code")
+    assert field.get_attribute("autocomplete") == "one-time-code"
+
+    field.fill(f"{(int(sms['code']) + 1) % 1_000_000:06d}")
+    page.get_by_role("button", name="Save new account").click()
+    expect(page.get_by_role("alert")).to_contain_text("The code is wrong or was already used")
+    assert fetch_json(f"{portal}/api/lab")["sms_confirmations"] == []
+
+    page.get_by_role("button", name="Text me a code").click()
+    fresh = fetch_json(f"{portal}/api/last-code")["code"]
+    page.get_by_label("SMS code").fill(fresh)
+    page.get_by_role("button", name="Save new account").click()
+    expect(page.get_by_role("status")).to_contain_text("Payout account changed")
+    assert len(fetch_json(f"{portal}/api/lab")["sms_confirmations"]) == 1
+    assert fetch_json(f"{portal}/api/last-code")["code"] is None  # a code confirms once

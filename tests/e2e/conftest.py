@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,7 @@ def e2e_database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory, e2e_database_url: str) -> Iterator[Stack]:
+def live_stack(tmp_path_factory: pytest.TempPathFactory, e2e_database_url: str) -> Iterator[Stack]:
     data_dir = tmp_path_factory.mktemp("e2e-data")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST_"))}
     env |= {
@@ -127,6 +128,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory, e2e_database_url: str) -> It
         survivors = [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert code == 0, (data_dir / "up.log").read_text()
         assert survivors == [], f"processes outlived `up`: {survivors}"
+
+
+@pytest.fixture
+def stack(live_stack: Stack) -> Stack:
+    """The running stack, its demo portal reset: every test pays from the same open invoices, so
+    one test's payment must not leave the next one an invoice with nothing due."""
+    request = urllib.request.Request(f"{live_stack.portal_url}/api/reset", method="POST")  # noqa: S310
+    with urllib.request.urlopen(request, timeout=10):  # noqa: S310 (our own loopback portal)
+        pass
+    return live_stack
 
 
 def wait_for_log(path: Path, needle: str, process: subprocess.Popen[bytes]) -> None:

@@ -80,7 +80,7 @@ def test_the_admin_pings_a_real_worker(page: Page, stack: Stack) -> None:
 
     kind = "Celery worker" if stack.scale_out else "In-process thread"
     expect(page.locator("#heartbeats")).to_contain_text(kind, timeout=30_000)
-    expect(page.locator(".facts")).to_contain_text(
+    expect(page.locator(".facts").first).to_contain_text(
         "Celery workers" if stack.scale_out else "in-process threads"
     )
 
@@ -93,7 +93,7 @@ def test_the_reviewer_badge_updates_live(page: Page, stack: Stack) -> None:
         )
     log_in(page, stack, Role.REVIEWERS)
     # The server replaces the badge as soon as the websocket is open: then it is live.
-    badge = page.locator("#approvals-badge[data-live]")
+    badge = page.locator("#needs-badge[data-live]")
     expect(badge).to_have_text("0")
 
     stack.manage(

@@ -55,6 +55,9 @@ def test_an_operator_writes_reorders_publishes_and_compares_a_workflow(
     expect(form.locator(".field-error")).to_contain_text("'buton' is not a role")
     form.get_by_label("Target").fill('button "Submit payment"')
     form.get_by_label("Irreversible: wait for a second person's approval before doing this").check()
+    # An irreversible step says how the portal shows that it worked.
+    form.get_by_label("Done when").select_option("url")
+    form.get_by_label("Expected", exact=True).fill("**/receipts/*")
     form.get_by_role("button", name="Save step").click()
     expect(page.locator("#step-list .sentence").nth(1)).to_have_text(
         "Click the button 'Submit payment' — irreversible"
@@ -96,3 +99,70 @@ def test_a_reviewer_reads_a_workflow_without_edit_controls(page: Page, stack: St
     )
     expect(page.get_by_role("group", name="Add a step")).to_have_count(0)
     expect(page.get_by_role("link", name="Edit")).to_have_count(0)
+
+
+def test_an_operator_writes_a_session_template_in_the_editor(page: Page, stack: Stack) -> None:
+    stack.manage("demo_workflow")  # the portal credential
+    log_in(page, stack, Role.OPERATORS)
+    page.goto(f"{stack.url}/workflows/new/")
+    page.get_by_label("Name").fill("Open the invoice list")
+    page.get_by_label("Allowed hosts").fill("127.0.0.1:8001")
+    page.get_by_role("button", name="Create").click()
+    page.get_by_role("link", name="Settings").click()
+    page.get_by_label("acme-portal").check()
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator(".message-success")).to_contain_text("Settings saved.")
+    add_step(page, "Go to a page", {"Address": "http://127.0.0.1:8001/invoices"})
+
+    page.get_by_role("link", name="Add a session template").click()
+    check = page.locator("form.session-form")
+    check.get_by_label("Check page").fill("http://127.0.0.1:8001/")
+    check.get_by_label("Shows when logged in").fill('button "Log out"')
+    check.get_by_label("Log in again every (hours)").fill("6")
+    check.get_by_role("button", name="Save the check").click()
+    expect(page.locator("#session-check")).to_contain_text(
+        "http://127.0.0.1:8001/ must show the button 'Log out'. Logs in again every 6 h."
+    )
+    session_steps = page.get_by_role("group", name="Add a session step")
+    expect(session_steps.get_by_role("link", name="Extract values")).to_have_count(0)
+    session_steps.get_by_role("link", name="Go to a page", exact=True).click()
+    form = page.locator("form.step-form")
+    expect(
+        form.get_by_label("Irreversible: wait for a second person's approval before doing this")
+    ).to_have_count(0)
+    form.get_by_label("Address").fill("http://127.0.0.1:8001/login?next={{ params.x }}")
+    form.get_by_label("Step id").fill("login-page")
+    form.get_by_role("button", name="Save step").click()
+    expect(page.locator("#draft .problem-box")).to_contain_text(
+        "session step 1 'login-page', field url: session steps run once for many runs"
+    )
+    page.get_by_role("link", name="Edit session step login-page").click()
+    form = page.locator("form.step-form")
+    form.get_by_label("Address").fill("http://127.0.0.1:8001/login")
+    form.get_by_role("button", name="Save step").click()
+    expect(page.locator("form.step-form")).to_have_count(0)
+    session_steps.get_by_role("link", name="Log in", exact=True).click()
+    form = page.locator("form.step-form")
+    form.get_by_label("Credential").select_option("acme-portal")
+    form.get_by_label("Submit button").fill('button "Sign in"')
+    form.get_by_label("Step id").fill("log-in")
+    form.get_by_role("button", name="Save step").click()
+    expect(page.locator("#session-step-list .sentence")).to_have_text(
+        [
+            "Go to http://127.0.0.1:8001/login",
+            "Log in with credential 'acme-portal', then click the button 'Sign in'",
+        ]
+    )
+    assert step_sentences(page) == ["Go to http://127.0.0.1:8001/invoices"]
+
+    page.get_by_label("What changed").fill("Log in once per bake")
+    page.get_by_role("button", name=re.compile("^Publish version")).click()
+    expect(page.locator(".message-success")).to_contain_text("Published version 1.")
+    panel = page.locator("#session-template")
+    expect(panel.locator(".session-steps li")).to_have_text(
+        [
+            "Go to http://127.0.0.1:8001/login",
+            "Log in with credential 'acme-portal', then click the button 'Sign in'",
+        ]
+    )
+    expect(panel).to_contain_text("the button 'Log out' shows at http://127.0.0.1:8001/")

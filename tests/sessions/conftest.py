@@ -23,7 +23,8 @@ def no_background_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Launching queues the run after commit; these tests execute runs themselves (or not)."""
     from sessions import services
 
-    monkeypatch.setattr(services, "dispatch", lambda task, **kwargs: None)
+    monkeypatch.setattr(services.runstate, "dispatch", lambda task, **kwargs: None)
+    monkeypatch.setattr(services.templates, "dispatch", lambda task, **kwargs: None)
 
 
 @pytest.fixture(autouse=True)
@@ -89,3 +90,24 @@ def session_document(portal_url: str) -> dict[str, Any]:
         SESSION_EXAMPLE.read_text().replace("127.0.0.1:8001", host)
     )
     return document
+
+
+@pytest.fixture
+def cdp_url(portal: str, tmp_path: Path) -> Iterator[str]:
+    """A local sandbox's browser, allowed to reach the portal only, for the runner alone."""
+    from sessions.proxy import EgressPolicy, EgressProxy
+    from sessions.sandbox import SandboxSpec, get_backend
+
+    backend = get_backend("local")
+    with EgressProxy(
+        EgressPolicy([portal.removeprefix("http://")]), on_denied=lambda attempt: None
+    ) as proxy:
+        sandbox = backend.create(
+            SandboxSpec(
+                run_key=f"runner-{tmp_path.name[-8:]}", proxy_url=proxy.url, ttl_seconds=120
+            )
+        )
+        try:
+            yield sandbox.cdp_url
+        finally:
+            backend.destroy(sandbox)

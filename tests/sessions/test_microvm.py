@@ -5,6 +5,7 @@ building the guest image with ``manage.py microvm_image``."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 import subprocess
@@ -20,6 +21,7 @@ import psutil
 import pytest
 import yaml
 from django.contrib.auth.models import User
+from playwright.sync_api import Error as PlaywrightError
 
 from pandaweb.demo_portal.server import PortalServer
 from sessions import services
@@ -28,10 +30,19 @@ from sessions.proxy import EgressPolicy, EgressProxy
 from sessions.sandbox import Sandbox, SandboxSpec
 from sessions.sandbox.microvm.backend import MicroVMBackend
 from sessions.sandbox.microvm.image import GuestImage, find_image
+from sessions.screencast import MASK_COLOUR, BrowserTap, Frame
 from tests.sessions.conftest import EXAMPLE, publish
 from workflows.models import Credential
 
-pytestmark = [pytest.mark.microvm, pytest.mark.slow, pytest.mark.browser]
+# Under software emulation a VM's pages take tens of seconds, and several times that when the
+# host is short of CPU (steal time of 5-27% measured on the shared CI machine): a test is given
+# minutes, not seconds. How fast a VM starts is measured by bench/isolation.py, not here.
+pytestmark = [
+    pytest.mark.microvm,
+    pytest.mark.slow,
+    pytest.mark.browser,
+    pytest.mark.timeout(900),
+]
 
 
 @pytest.fixture(scope="module")
@@ -94,14 +105,14 @@ def test_a_vm_restored_from_the_base_snapshot_is_ready_quickly_with_the_hosts_cl
 ) -> None:
     assert vm.details["start"] == "snapshot restore"
     assert vm.details["accelerator"] == backend.accelerator.label
-    # Generous here (two cores shared with the test run); the benchmark measures the median.
-    assert vm.ready_seconds < 15
+    # Only that it started in a bounded time: the benchmark measures how fast.
+    assert vm.ready_seconds < 120
     assert qemu_processes(vm.workdir)
 
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.connect_over_cdp(vm.cdp_url, timeout=60_000)
+        browser = playwright.chromium.connect_over_cdp(vm.cdp_url, timeout=120_000)
         page = browser.contexts[0].pages[0]
         guest_now = page.evaluate("Date.now()") / 1000
         browser.close()
@@ -162,6 +173,12 @@ def test_the_ttl_kills_a_vm_whose_worker_was_killed(sandbox_root: Path, proxy: E
     assert not Path(workdir).exists()
 
 
+def leftovers(root: Path) -> list[Path]:
+    """What a finished run left in the sandbox root: nothing but the egress supervisors' shared
+    parent directory, which stays (empty) for the next run."""
+    return [p for p in root.iterdir() if not (p.name == "egress" and not any(p.iterdir()))]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_demo_workflows_first_steps_run_in_a_microvm(
     operator: User,
@@ -202,7 +219,7 @@ def test_the_demo_workflows_first_steps_run_in_a_microvm(
     assert run.sandbox_backend == "microvm"
     assert run.sandbox_ready_seconds is not None
     assert run.sandbox is None
-    assert not any(sandbox_root.iterdir())
+    assert leftovers(sandbox_root) == []
 
 
 def ask_guest(sandbox: Sandbox, line: str) -> str:
@@ -247,15 +264,16 @@ def test_the_guest_reaches_allowlisted_hosts_through_its_proxy_and_nothing_else(
         from playwright.sync_api import sync_playwright
 
         with sync_playwright() as playwright:
-            browser = playwright.chromium.connect_over_cdp(sandbox.cdp_url, timeout=60_000)
+            browser = playwright.chromium.connect_over_cdp(sandbox.cdp_url, timeout=120_000)
             page = browser.contexts[0].pages[0]
             page.set_default_timeout(120_000)
             page.goto(f"{portal}/login")
             assert page.get_by_label("Username").count() == 1
 
             for url in ("http://portal.example.invalid/", f"http://10.0.2.2:{sink.port}/"):
-                response = page.goto(url)
-                assert response is None or response.status == 403, url
+                # A refusal is a failed connection, never an answer the page could take as sent.
+                with pytest.raises(PlaywrightError, match="net::ERR_"):
+                    page.goto(url)
             browser.close()
 
         assert ask_guest(sandbox, f"probe 10.0.2.2 {sink.port}") == "ok closed"
@@ -273,14 +291,26 @@ def test_the_guest_reaches_allowlisted_hosts_through_its_proxy_and_nothing_else(
     assert {"portal.example.invalid", "10.0.2.2"} <= denied_hosts
 
 
+def first_goto(page: Any, url: str) -> None:
+    """The first navigation in a VM just restored: once, under TCG on a CPU-starved host, it was
+    aborted before the portal saw it (net::ERR_ABORTED); a second try is what a person would
+    do. Any other error, or a second abort, fails the test."""
+    try:
+        page.goto(url)
+    except PlaywrightError as error:
+        if "net::ERR_ABORTED" not in str(error):
+            raise
+        page.goto(url)
+
+
 def log_in(cdp_url: str, portal: str) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.connect_over_cdp(cdp_url, timeout=60_000)
+        browser = playwright.chromium.connect_over_cdp(cdp_url, timeout=120_000)
         page = browser.contexts[0].pages[0]
         page.set_default_timeout(180_000)
-        page.goto(f"{portal}/login")
+        first_goto(page, f"{portal}/login")
         page.get_by_label("Username").fill("acme-demo")
         page.get_by_label("Password").fill("portal-demo-2026")
         page.get_by_role("button", name="Sign in").click()
@@ -306,10 +336,10 @@ def start_and_mark(cdp_url: str, portal: str, mark: str | None) -> dict[str, Any
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.connect_over_cdp(cdp_url, timeout=60_000)
+        browser = playwright.chromium.connect_over_cdp(cdp_url, timeout=120_000)
         page = browser.contexts[0].pages[0]
         page.set_default_timeout(180_000)
-        page.goto(f"{portal}/")
+        first_goto(page, f"{portal}/")
         logged_in = page.get_by_text("Open invoices").count() > 0
         if mark:
             page.evaluate(f"document.cookie = 'fork={mark}; path=/'")
@@ -414,4 +444,53 @@ def test_the_warm_pool_hands_each_restored_vm_to_one_run_only(
         assert idle() != waiting  # a fresh VM, never the used one
     finally:
         pool.close()
-    assert not any(sandbox_root.iterdir())
+    assert leftovers(sandbox_root) == []
+
+
+def test_the_live_view_casts_a_vms_browser_with_its_secrets_masked(
+    vm: Sandbox, backend: MicroVMBackend
+) -> None:
+    """The live view's CDP client reaches the guest's browser through the VM's relay, as the
+    runner does, and paints over a password in every frame it hands on."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.sessions.test_screencast import PAGE, close_to, pixel, run_apart
+
+    with sync_playwright() as playwright:
+        # As long as the runner waits (sessions.driver.connect_timeout_ms): a loaded machine
+        # makes the emulated browser slower still.
+        browser = playwright.chromium.connect_over_cdp(vm.cdp_url, timeout=120_000)
+        page = browser.contexts[0].pages[0]
+        page.set_default_timeout(120_000)
+        page.set_content(PAGE)
+        box = page.locator("#pw").bounding_box()
+        browser.close()
+    assert box is not None
+    frames: list[Frame] = []
+
+    async def keep(frame: Frame) -> None:
+        frames.append(frame)
+
+    async def work() -> None:
+        tap = BrowserTap(
+            vm.cdp_url,
+            secret_values=[],
+            secret_fields=[],
+            on_frame=keep,
+            time_scale=backend.accelerator.time_scale,
+        )
+        await tap.open()
+        try:
+            await tap.start(fps=2)
+            deadline = time.monotonic() + 180
+            while not frames:
+                assert time.monotonic() < deadline, "no frame came from the VM's browser"
+                await asyncio.sleep(0.1)
+        finally:
+            await tap.close()
+
+    run_apart(work)
+    frame = frames[-1]
+    assert frame.masks >= 1
+    middle = pixel(frame, box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    assert close_to(middle, MASK_COLOUR)

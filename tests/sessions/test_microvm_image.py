@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import fcntl
 import gzip
+import hashlib
 import json
 import lzma
 import os
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from pandaweb.browser import HEADLESS_ARGS, MANAGED_POLICY, MANAGED_POLICY_NAME
 from sessions.sandbox.microvm import image
 
 ARTIFACTS = (image.KERNEL_FILE, image.INITRD_FILE, image.ROOTFS_FILE)
@@ -803,3 +805,21 @@ def test_the_control_port_refuses_odd_probes(fake_network: Path, request_line: b
     assert control(request_line, fake_network).split("\n")[1].startswith("error")
     assert not (fake_network.parent / "socat").exists()
     assert not (fake_network.parent / "getent").exists()
+
+
+def test_the_guest_starts_chromium_with_every_headless_flag() -> None:
+    # The guest cannot import pandaweb; its script spells the flags out, and must not drift.
+    script = (image.GUEST_DIR / "pandaweb-guest").read_text()
+    assert [flag for flag in HEADLESS_ARGS if f"    {flag} \\\n" not in script] == []
+
+
+def test_the_image_holds_the_managed_policy(tmp_path: Path) -> None:
+    rootfs = tmp_path / "root"
+    (rootfs / "usr/sbin").mkdir(parents=True)
+    (rootfs / "etc").mkdir()
+
+    image._install_guest_files(rootfs, {})
+
+    written = rootfs / image.CHROMIUM_POLICY_DIR / MANAGED_POLICY_NAME
+    assert json.loads(written.read_bytes()) == MANAGED_POLICY
+    assert image._inputs({})["managed_policy"] == hashlib.sha256(written.read_bytes()).hexdigest()

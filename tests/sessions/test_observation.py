@@ -16,12 +16,13 @@ from sessions.observation import (
     Box,
     Element,
     Observation,
-    interactive_refs,
+    PageWatch,
+    interactive_controls,
     observe,
     outline_target,
     overlay,
     parse_snapshot,
-    secret_locators,
+    take,
     thumbnail,
 )
 
@@ -102,17 +103,30 @@ def assert_well_numbered(observation: Observation) -> None:
     assert [e.number for e in observation.elements] == list(range(1, len(observation.elements) + 1))
 
 
-def assert_every_ref_resolves(page: Page, observation: Observation) -> None:
-    refs = [e.ref for e in observation.elements if e.interactive]
-    assert refs
-    for ref in refs:
-        assert page.locator(f"aria-ref={ref}").count() == 1, ref
+def assert_every_ref_resolves(page: Page, observation: Observation, *, every: int = 1) -> None:
+    """Each ref is a selector for exactly one element, the one named (``every``: look up only
+    every n-th, on pages with thousands)."""
+    elements = [e for e in observation.elements if e.interactive]
+    assert elements
+    assert len({e.ref for e in elements}) == len(elements)
+    for element in elements[::every] + elements[-1:]:
+        assert element.ref is not None
+        located = page.locator(element.ref)
+        assert located.count() == 1, element.ref
+        if element.role in {"button", "link", "checkbox"}:
+            name = page.evaluate(
+                "e => e.getAttribute('aria-label') || e.textContent", located.element_handle()
+            )
+            assert element.name in " ".join(name.split()), element.ref
+
+
+def controls(observation: Observation) -> list[tuple[str, str]]:
+    return [(e.role, e.name) for e in observation.elements if e.interactive]
 
 
 def assert_covers_raw_snapshot(page: Page, observation: Observation) -> None:
-    ours = {e.ref for e in observation.elements}
-    missing = [ref for ref in interactive_refs(page.aria_snapshot(mode="ai")) if ref not in ours]
-    assert missing == []
+    """Every control Playwright's own accessibility snapshot lists is listed, in its order."""
+    assert controls(observation) == interactive_controls(page.aria_snapshot(mode="ai"))
 
 
 # --- parsing, no browser ---------------------------------------------------------------------
@@ -139,7 +153,13 @@ def test_it_parses_quoted_keys_and_values_as_text() -> None:
     assert checkbox.name == 'Remember "me"'
     assert "checked" in checkbox.attrs
     assert link.props == {"url": "/x"}
-    assert interactive_refs(snapshot) == ["e2", "e3", "e4", "e5", "e6"]
+    assert interactive_controls(snapshot) == [
+        ("button", "Pay: now"),
+        ("textbox", "Time"),
+        ("textbox", "Date"),
+        ("checkbox", 'Remember "me"'),
+        ("link", "It''s"),
+    ]
 
 
 def test_it_renders_compact_lines() -> None:
@@ -254,7 +274,7 @@ def test_it_masks_secrets_in_screenshots(guarded_page: Page, demo_portal: str) -
     guarded_page.get_by_label("Username").fill(CANARY)
     guarded_page.get_by_label("Password").fill(DEMO_PASSWORD)
 
-    locators = secret_locators(guarded_page, [CANARY])
+    locators = take(guarded_page, secret_values=[CANARY]).masks
 
     # The password field may be named twice (as a password input, and as a field holding a
     # secret); masking it twice is harmless.
@@ -304,11 +324,13 @@ def test_it_sees_into_shadow_roots_iframes_and_custom_dropdowns(
     combobox = find(closed, "combobox", "Shipping method")
     assert combobox.value is not None
     assert combobox.value.startswith("Choose")
-    portal_page.locator(f"aria-ref={combobox.ref}").click()
+    assert combobox.ref is not None
+    portal_page.locator(combobox.ref).click()
     opened = observe(portal_page)
     assert "expanded" in find(opened, "combobox", "Shipping method").state
     express = find(opened, "option", "Express (next working day)")
-    portal_page.locator(f"aria-ref={express.ref}").click()
+    assert express.ref is not None
+    portal_page.locator(express.ref).click()
     expect(portal_page.get_by_role("status")).to_have_text("Shipping method: Express")
     assert apply.ref is not None
 
@@ -395,3 +417,189 @@ def test_thumbnail_is_a_320_wide_jpeg() -> None:
 
     assert small.format == "JPEG"
     assert small.size == (320, 225)
+
+
+@pytest.mark.browser
+def test_it_keeps_the_words_of_an_open_modal(portal_page: Page, demo_portal: str) -> None:
+    portal_page.goto(f"{demo_portal}/lab/modal")
+
+    observation = observe(portal_page, secret_values=["23:30"])
+
+    dialog = observation.text.split('-- dialog "Planned maintenance"', 1)[1]
+    assert dialog.splitlines()[1] == (
+        f"  text: The portal will be unavailable on Saturday, 12 December 2026, from 22:00 to "
+        f"{MASK} CET."
+    )
+    find(observation, "button", "Close")
+    assert_well_numbered(observation)
+
+
+# Page scale: taken now, built later; an unchanged page is seen as such without looking again.
+
+
+@pytest.mark.browser
+def test_it_addresses_every_control_of_a_1000_row_table_in_half_the_snapshot(
+    portal_page: Page, demo_portal: str
+) -> None:
+    # A 1,000-row snapshot takes seconds on a busy machine.
+    portal_page.set_default_timeout(60_000)
+    portal_page.goto(f"{demo_portal}/lab/transactions")
+
+    observation = observe(portal_page)
+
+    raw = portal_page.aria_snapshot(mode="ai")
+    ours = controls(observation)
+    assert ours == interactive_controls(raw)
+    # A checkbox and two buttons on each of the 1,000 rows, nothing left out of the evidence.
+    assert len(ours) > 3 * 1_000
+    assert_every_ref_resolves(portal_page, observation, every=97)
+    assert observation.omitted == 0
+    assert "more elements not shown" not in observation.text
+    assert observation.size_chars <= len(raw) // 2
+    find(observation, "checkbox", "Select TX-01000")
+
+
+@pytest.mark.browser
+def test_it_masks_a_password_on_a_dense_page_from_what_was_taken(
+    portal_page: Page, demo_portal: str
+) -> None:
+    # A 1,000-row snapshot takes seconds on a busy machine.
+    portal_page.set_default_timeout(60_000)
+    portal_page.goto(f"{demo_portal}/lab/transactions")
+    portal_page.evaluate(
+        """secret => {
+          const input = document.createElement('input');
+          input.type = 'password';
+          input.id = 'pin';
+          input.setAttribute('aria-label', 'Card PIN');
+          input.value = secret;
+          document.querySelector('h1').after(input);
+        }""",
+        CANARY,
+    )
+    box = portal_page.locator("#pin").bounding_box()
+    assert box is not None
+
+    taken = take(portal_page)
+    png = portal_page.screenshot(mask=taken.masks, mask_color="#FF00FF")
+    # The writer builds later, when the page shows something else: nothing of it is needed.
+    portal_page.goto(f"{demo_portal}/invoices")
+    observation = taken.build()
+
+    pixel = (
+        Image.open(io.BytesIO(png))
+        .convert("RGB")
+        .getpixel((int(box["x"] + box["width"] / 2), int(box["y"] + box["height"] / 2)))
+    )
+    assert pixel == (255, 0, 255)
+    assert CANARY not in observation.to_json()
+    assert find(observation, "textbox", "Card PIN").value == MASK
+    assert observation.url.endswith("/lab/transactions")
+    assert taken.build() is observation
+
+
+@pytest.mark.browser
+def test_the_watch_sees_changes_and_nothing_else(portal_page: Page, demo_portal: str) -> None:
+    portal_page.goto(f"{demo_portal}/lab/products")
+    watch = PageWatch(portal_page)
+    first = watch.mark()
+    assert first is not None
+    assert watch.mark() == first
+    # Kept out of the page's reach: its own scripts cannot read or reset the counter.
+    assert portal_page.evaluate("typeof globalThis.__pandawebChanges") == "undefined"
+
+    portal_page.evaluate("document.querySelector('h1').textContent += '!'")
+    changed = watch.mark()
+    assert changed not in (None, first)
+    assert watch.mark() == changed
+
+    portal_page.evaluate("window.scrollTo(0, 200)")
+    scrolled = watch.mark()
+    assert scrolled not in (None, changed)
+
+    portal_page.get_by_role("button", name="Add to cart").first.focus()
+    focused = watch.mark()
+    assert focused not in (None, scrolled)
+
+    portal_page.goto(f"{demo_portal}/lab/products")
+    assert watch.mark() not in (None, focused)
+
+
+@pytest.mark.browser
+def test_a_cross_origin_frame_is_said_to_be_unread_and_its_password_is_still_masked(
+    browser: Browser, demo_portal: str, signed_in_state: StorageState
+) -> None:
+    # Another origin, answered by the browser itself (nothing leaves it), in the lab's iframe.
+    other = demo_portal.replace("127.0.0.1", "localhost")
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 900}, storage_state=signed_in_state
+    )
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+
+    def loopback(route: Route) -> None:
+        if route.request.url.startswith(demo_portal):
+            route.continue_()
+        elif route.request.url.startswith(other):
+            route.fulfill(
+                content_type="text/html",
+                body='<label>Password <input type="password" id="pin"></label>',
+            )
+        else:
+            route.abort()
+
+    page.route("**/*", loopback)
+    page.goto(f"{demo_portal}/lab/iframe")
+    page.locator("iframe").evaluate("(frame, src) => { frame.src = src; }", f"{other}/login")
+    password = page.frame_locator("iframe").get_by_label("Password")
+    password.fill(CANARY)
+    box = password.bounding_box()
+    assert box is not None
+
+    taken = take(page)
+    png = page.screenshot(mask=taken.masks, mask_color="#FF00FF")
+    observation = taken.build()
+
+    assert "(a cross-origin frame: its content is not observed)" in observation.text
+    assert CANARY not in observation.to_json()
+    pixel = (
+        Image.open(io.BytesIO(png))
+        .convert("RGB")
+        .getpixel((int(box["x"] + box["width"] / 2), int(box["y"] + box["height"] / 2)))
+    )
+    assert pixel == (255, 0, 255)
+    context.close()
+
+
+@pytest.mark.browser
+def test_the_page_cannot_hide_a_password_from_the_observer(
+    guarded_page: Page, demo_portal: str
+) -> None:
+    guarded_page.goto(f"{demo_portal}/login")
+    guarded_page.get_by_label("Password").fill(CANARY)
+    # The page's own scripts can lie to code running beside them; the observer's world is apart.
+    guarded_page.evaluate(
+        """() => {
+          Object.defineProperty(HTMLInputElement.prototype, 'value', {get() { return ''; }});
+          window.getComputedStyle = () => ({display: 'none'});
+        }"""
+    )
+    guarded_page.get_by_label("Username").fill(f"{CANARY}-and-more")
+
+    observation = observe(guarded_page)
+
+    assert find(observation, "textbox", "Password").value == MASK
+    assert find(observation, "textbox", "Username").value == MASK
+    assert CANARY not in observation.to_json()
+
+
+@pytest.mark.browser
+def test_taking_the_page_is_not_a_change_of_it(portal_page: Page, demo_portal: str) -> None:
+    portal_page.goto(f"{demo_portal}/lab/products")
+    watch = PageWatch(portal_page)
+    before = watch.mark()
+
+    take(portal_page, watch=watch)
+
+    assert before is not None
+    assert watch.mark() == before

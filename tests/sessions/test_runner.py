@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import socket
 import threading
 import time
@@ -20,9 +21,12 @@ from django.contrib.auth.models import User
 from PIL import Image
 
 from pandaweb.audit.models import AuditEvent
+from pandaweb.demo_portal import lab
 from pandaweb.demo_portal.server import PortalServer
+from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
 from sessions import services
 from sessions.models import Run, RunEvent, StepResult
+from sessions.sandbox import namespaces
 from tests.demo_portal.conftest import fetch_json
 from tests.sessions.conftest import EXAMPLE, processes_with, publish
 from workflows import services as workflow_services
@@ -104,6 +108,28 @@ def test_the_demo_workflow_runs_to_its_irreversible_step_and_stops_there(
         assert secret not in blob
 
 
+def test_the_demo_workflow_causes_no_refused_connections(
+    operator: User, acme_credential: Credential, portal_server: PortalServer, portal: str
+) -> None:
+    # The demo workflow only talks to the portal: every refusal would be the browser's own
+    # background traffic (updates, autofill, password-leak checks, ...) burying real ones.
+    if not namespaces.probe().usable or os.environ.get("PANDAWEB_LOCAL_NAMESPACES") == "off":
+        pytest.skip("a sandbox without namespaces has no private place for the managed policy")
+    workflow = publish(operator, demo_document(portal))
+    number, amount = open_invoice(portal_server)
+    run = services.run_launch(
+        workflow_id=workflow.pk, user=operator, raw_inputs={"invoice": number, "amount": amount}
+    )
+
+    run = execute(run)
+    assert run.status == Run.Status.AWAITING_APPROVAL, run.failure_reason
+    services.run_cancel(run_id=run.pk, user=operator)
+
+    refused = AuditEvent.objects.filter(action="run.egress_denied", run_id=run.pk)
+    assert [(a.after or {}).get("host") for a in refused] == []
+    assert not run.events.filter(type="egress_denied").exists()
+
+
 def test_egress_outside_the_allowlist_is_blocked_and_shown(
     operator: User, acme_credential: Credential, portal_server: PortalServer, portal: str
 ) -> None:
@@ -115,9 +141,10 @@ def test_egress_outside_the_allowlist_is_blocked_and_shown(
     sink.listen()
     sink.settimeout(0.2)
 
+    stop = threading.Event()
+
     def accept() -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        while not stop.is_set():
             try:
                 conn, _ = sink.accept()
             except TimeoutError:
@@ -125,7 +152,8 @@ def test_egress_outside_the_allowlist_is_blocked_and_shown(
             received.append(conn.recv(1024))
             conn.close()
 
-    threading.Thread(target=accept, daemon=True).start()
+    listener = threading.Thread(target=accept, daemon=True)
+    listener.start()
     workflow = publish(operator, {
         "name": "External", "slug": "external",
         "settings": {
@@ -144,6 +172,8 @@ def test_egress_outside_the_allowlist_is_blocked_and_shown(
     run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
 
     run = execute(run)
+    stop.set()
+    listener.join()
     sink.close()
 
     assert run.status == Run.Status.SUCCEEDED, run.failure_reason
@@ -151,6 +181,87 @@ def test_egress_outside_the_allowlist_is_blocked_and_shown(
     assert {"tracker.evil.test", "cdn.acme.invalid", "127.0.0.9"} <= denied
     assert received == []
     assert AuditEvent.objects.filter(action="run.egress_denied", run_id=run.pk).count() >= 3
+
+
+def test_a_page_sees_its_refused_requests_fail_and_the_run_records_each_refusal(
+    operator: User, acme_credential: Credential, portal_server: PortalServer, portal: str
+) -> None:
+    port = portal_server.server_port
+    # The lab page sends its copies to 127.0.0.9 on the portal's port: a browser that went
+    # around the proxy, or a proxy that let it through, would land here.
+    received: list[bytes] = []
+    sink = socket.socket()
+    sink.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sink.bind((lab.OTHER_LOOPBACK_HOST, port))
+    sink.listen()
+    sink.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = sink.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            received.append(conn.recv(1024))
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    workflow = publish(operator, {
+        "name": "Sync", "slug": "sync",
+        "settings": {
+            "allowed_hosts": [portal.removeprefix("http://")],
+            "credentials": ["acme-portal"],
+        },
+        "steps": [
+            {"id": "login-page", "type": "goto", "url": f"{portal}/login"},
+            {"id": "log-in", "type": "login", "credential": "acme-portal",
+             "username": {"label": "Username"}, "password": {"label": "Password"},
+             "submit": {"role": "button", "name": "Sign in"}},
+            {"id": "sync", "type": "goto", "url": f"{portal}/lab/sync"},
+            {"id": "finished", "type": "wait_for", "text": "Sync finished."},
+            {"id": "read", "type": "extract", "fields": [
+                {"name": "probes", "kind": "rows", "target": {"css": "#sync-probes tbody tr"},
+                 "columns": {"probe": {"css": "td:nth-child(1)"},
+                             "result": {"css": ".outcome"}}}]},
+        ],
+    })  # fmt: skip
+    run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
+
+    run = execute(run)
+    stop.set()
+    sink.close()
+
+    assert run.status == Run.Status.SUCCEEDED, run.failure_reason
+    seen = {row["probe"]: row["result"] for row in run.outputs["probes"]}
+    assert len(seen) == len(lab.SYNC_PROBES)
+    # What the page itself observed: every probe that can see its result saw a network failure.
+    observable = {label for probe, label in lab.SYNC_PROBES if probe not in ("beacon", "form")}
+    control = dict(lab.SYNC_PROBES)["control"]
+    for label in observable - {control}:
+        assert seen[label].startswith("failed"), (label, seen[label])
+    assert seen[control] == "answered (basic 200)"
+    assert received == []
+    # ...while the run knows exactly what was refused and why.
+    events = [e.payload for e in run.events.filter(type="egress_denied")]
+    refused = {(e["host"], e["method"]) for e in events}
+    other = lab.OTHER_LOOPBACK_HOST
+    assert {
+        (other, "GET"),  # image, script
+        (other, "POST"),  # fetch, no-cors fetch, XHR, beacon, form
+        (other, "CONNECT"),  # no-cors fetch over HTTPS
+        (lab.SYNC_COLLECTOR_HOST, "POST"),
+    } <= refused
+    reasons = {e["host"]: e["reason"] for e in events}
+    assert reasons[other] == f"raw IP address {other} is not in the allowed hosts"
+    assert reasons[lab.SYNC_COLLECTOR_HOST] == (
+        f"{lab.SYNC_COLLECTOR_HOST} is not in this workflow's allowed hosts"
+    )
+    audited = AuditEvent.objects.filter(action="run.egress_denied", run_id=run.pk)
+    named = {((a.after or {}).get("host"), (a.after or {}).get("reason")) for a in audited}
+    assert named >= set(reasons.items())
 
 
 def test_a_secret_is_typed_but_never_seen(
@@ -167,6 +278,7 @@ def test_a_secret_is_typed_but_never_seen(
             {"id": "login-page", "type": "goto", "url": f"{portal}/login"},
             {"id": "type-it", "type": "fill", "target": {"label": "Username"},
              "value": "{{ secrets.canary.password }}"},
+            {"id": "picture", "type": "screenshot", "name": "login"},
         ],
     })  # fmt: skip
     run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
@@ -180,15 +292,19 @@ def test_a_secret_is_typed_but_never_seen(
     assert step.observation is not None
     field = next(e for e in step.observation["elements"] if e["name"] == "Username")
     box = field["box"]
-    image = Image.open(
-        io.BytesIO((Path(settings.RUN_FILES_DIR) / str(run.pk) / step.screenshot).read_bytes())
-    )
     inside = (box["x"] + 3, box["y"] + 3, box["x"] + box["width"] - 3, box["y"] + box["height"] - 3)
-    extrema = image.convert("RGB").crop(inside).getextrema()
-    assert isinstance(extrema[0], tuple)
-    red, green, blue = cast(tuple[tuple[int, int], ...], extrema)
-    # Every pixel of the field is Playwright's mask colour (#FF00FF), give or take JPEG's error.
-    assert (red[0] >= 230, green[1] <= 25, blue[0] >= 230) == (True, True, True), (red, green, blue)
+    # The step's evidence, and the picture the workflow asked for (a PNG of the same page).
+    picture = run.artifacts.get(name="login")
+    for stored in (step.screenshot, picture.path):
+        image = Image.open(
+            io.BytesIO((Path(settings.RUN_FILES_DIR) / str(run.pk) / stored).read_bytes())
+        )
+        extrema = image.convert("RGB").crop(inside).getextrema()
+        assert isinstance(extrema[0], tuple)
+        red, green, blue = cast(tuple[tuple[int, int], ...], extrema)
+        # Every pixel of the field is Playwright's mask colour (#FF00FF), give or take JPEG's
+        # error.
+        assert (red[0] >= 230, green[1] <= 25, blue[0] >= 230) == (True, True, True), stored
     everything = json.dumps(
         [list(m.objects.values()) for m in (RunEvent, StepResult, AuditEvent, Run)], default=str
     )
@@ -277,8 +393,11 @@ class RecordingSink:
     def action_starting(self, index: int) -> None:
         self.actions.append(("intent", index))
 
-    def action_finished(self, index: int) -> None:
+    def action_finished(self, index: int, result: str = "") -> None:
         self.actions.append(("completion", index))
+
+    def action_refused(self, index: int, reason: str) -> None:
+        self.actions.append(("refusal", index))
 
     def stop_reason(self) -> str | None:
         return None
@@ -381,3 +500,96 @@ def test_a_worker_killed_mid_run_leaves_an_interrupted_run_and_no_browser(
     while chromium_of(run):
         assert time.monotonic() < gone_by, "Chromium outlived its interrupted run"
         time.sleep(0.1)
+
+
+def test_a_read_only_step_on_an_unchanged_page_takes_no_new_evidence(
+    portal: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessions import observation as observing
+    from sessions import recording
+    from sessions.proxy import EgressPolicy, EgressProxy
+    from sessions.runner import Runner, RunPlan
+    from sessions.sandbox import SandboxSpec, get_backend
+
+    taken: list[str] = []
+    take = observing.take
+
+    def counting_take(page: Any, **kwargs: Any) -> observing.Snapshot:
+        taken.append(page.url)
+        return take(page, **kwargs)
+
+    monkeypatch.setattr(observing, "take", counting_take)
+    backend = get_backend("local")
+    with EgressProxy(
+        EgressPolicy([portal.removeprefix("http://")]), on_denied=lambda a: None
+    ) as proxy:
+        sandbox = backend.create(
+            SandboxSpec(run_key=f"same-{tmp_path.name[-8:]}", proxy_url=proxy.url, ttl_seconds=60)
+        )
+        try:
+            plan = RunPlan(
+                steps=[
+                    {"id": "login-page", "type": "goto", "url": f"{portal}/login"},
+                    {
+                        "id": "user",
+                        "type": "fill",
+                        "target": {"label": "Username"},
+                        "value": DEMO_USERNAME,
+                    },
+                    {
+                        "id": "password",
+                        "type": "fill",
+                        "target": {"label": "Password"},
+                        "value": DEMO_PASSWORD,
+                    },
+                    {
+                        "id": "sign-in",
+                        "type": "click",
+                        "target": {"role": "button", "name": "Sign in"},
+                    },
+                    {"id": "open", "type": "goto", "url": f"{portal}/lab/transactions"},
+                    {
+                        "id": "check",
+                        "type": "assert",
+                        "checks": [{"kind": "text_present", "text": "TX-01000"}],
+                    },
+                    {"id": "wait", "type": "wait_for", "text": "TX-00999"},
+                    {
+                        "id": "tick",
+                        "type": "click",
+                        "target": {"role": "checkbox", "name": "Select TX-00001"},
+                    },
+                    {
+                        "id": "check-again",
+                        "type": "assert",
+                        "checks": [{"kind": "text_present", "text": "TX-00001"}],
+                    },
+                ],
+                inputs={},
+                secrets={},
+                step_budget=10,
+                deadline=time.time() + 120,
+                artifacts_dir=tmp_path,
+            )
+            sink = RecordingSink()
+
+            outcome = Runner(plan, sink).run(sandbox.cdp_url)
+        finally:
+            backend.destroy(sandbox)
+
+    assert outcome.status == "succeeded", outcome.reason
+    opened, check, wait, tick, again = sink.records[-5:]
+    # One snapshot for the page, none for the two read-only steps that found it as it was, one
+    # after the click (which changed it), none for the check that followed.
+    assert len([url for url in taken if url.endswith("/lab/transactions")]) == 2
+    assert check.pending is opened.pending
+    assert wait.pending is opened.pending
+    assert check.screenshot is opened.screenshot
+    assert tick.pending is not opened.pending
+    assert again.pending is tick.pending
+    for record in sink.records:
+        recording.finish(record)
+    ticked = next(e for e in tick.observation["elements"] if e["name"] == "Select TX-00001")
+    assert "checked" in ticked["state"]
+    assert tick.observation_chars > 0
+    assert again.observation == tick.observation

@@ -26,6 +26,7 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Playwright
 
+from pandaweb.browser import MANAGED_POLICY, MANAGED_POLICY_NAME
 from sessions.sandbox import Sandbox, SandboxError, SandboxSpec, namespaces
 from sessions.sandbox.local import LocalBackend
 from tests.sessions.test_sandbox import (
@@ -323,6 +324,25 @@ def test_its_tmp_is_its_own_and_downloads_go_through_the_workdir(
         assert not inside(sandbox, host_file.name).exists()
     assert not set(os.listdir(inside(sandbox, "/dev/shm"))) & set(os.listdir("/dev/shm"))
     assert not set(os.listdir(inside(sandbox, "/run"))) & set(os.listdir("/run")) - {"mount"}
+
+
+@needs_namespaces
+@pytest.mark.browser
+def test_its_browser_reads_pandawebs_managed_policy_which_the_host_does_not_get(
+    make: Callable[..., Sandbox],
+) -> None:
+    sandbox = make()
+    policy = f"/etc/chromium/policies/managed/{MANAGED_POLICY_NAME}"
+
+    assert json.loads(inside(sandbox, policy).read_text()) == MANAGED_POLICY
+    # Chromium's other configuration is still the host's...
+    for name in os.listdir("/etc/chromium"):
+        assert inside(sandbox, f"/etc/chromium/{name}").exists()
+    # ...the host gets no policy from a sandbox, and the browser cannot change its own.
+    assert not Path(policy).exists()
+    with open(f"/proc/{browser_process(sandbox).pid}/mountinfo") as mounts:
+        [line] = [m for m in mounts if m.split()[4] == "/etc/chromium"]
+    assert line.split()[5].split(",")[0] == "ro"
 
 
 @needs_namespaces

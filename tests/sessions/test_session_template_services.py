@@ -33,9 +33,10 @@ READY = SessionTemplate.Status.READY
 def queued(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """The bakes queued (none runs here)."""
     sent: list[dict[str, Any]] = []
-    monkeypatch.setattr(
-        services, "dispatch", lambda task, **kwargs: sent.append({"task": task.name, **kwargs})
-    )
+    for module in (services.runstate, services.templates):
+        monkeypatch.setattr(
+            module, "dispatch", lambda task, **kwargs: sent.append({"task": task.name, **kwargs})
+        )
     return sent
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -156,13 +157,15 @@ def test_runs_forked_from_one_template_at_once_each_start_logged_in_and_share_no
     workflow = publish(operator, document)
     template = bake(workflow, operator)
     assert template.status == SessionTemplate.Status.READY, template.failure_reason
-    # The second run's first page answers late: it looks for the banner after the first run
-    # has answered it in its own browser.
-    portal_server.slow_paths = {r"^/$": 2.0}
-    first = services.run_launch(
+    # The second run's first page answers only once the first run has answered the banner in
+    # its own browser: the second then looks for the banner in its own. (Not "/": each run's
+    # session check asks for it.)
+    answered = threading.Event()
+    portal_server.held_paths = {r"^/invoices$": answered}
+    first = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
+    second = services.run_launch(
         workflow_id=workflow.pk, user=operator, raw_inputs={"page": "invoices"}
     )
-    second = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
 
     threads = [
         threading.Thread(target=services.run_execute, kwargs={"run_id": r.pk})
@@ -170,6 +173,11 @@ def test_runs_forked_from_one_template_at_once_each_start_logged_in_and_share_no
     ]
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + 120
+    while not first.step_results.filter(step_id="accept").exists():
+        assert time.monotonic() < deadline, "the first run never answered the banner"
+        time.sleep(0.05)
+    answered.set()
     for thread in threads:
         thread.join(timeout=120)
 
@@ -259,7 +267,10 @@ def test_a_failed_bake_fails_the_runs_until_someone_rebakes(
 
     template = SessionTemplate.objects.get()
     assert template.status == SessionTemplate.Status.FAILED
-    assert template.failure_reason.startswith("session step 'wait-dashboard': ")
+    # The login step itself fails, in the portal's words, instead of a later wait timing out.
+    assert template.failure_reason == (
+        "session step 'log-in': the portal refused: Invalid username or password"
+    )
     assert run.status == Run.Status.FAILED
     assert run.failure_reason == (
         f"the session template could not be baked ({template.failure_reason}) — re-bake"

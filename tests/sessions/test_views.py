@@ -4,6 +4,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
 from sessions import services
 from sessions.models import Run
@@ -127,6 +128,40 @@ def test_a_reviewer_reconciles_an_uncertain_action_from_the_run_page(
     assert run.failure_reason == "rory confirmed the action did not happen"
 
 
+def test_it_refuses_reconciliation_by_the_person_who_launched_the_run(
+    demo_workflow: Workflow,
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from approvals.models import ApprovalRequest
+
+    launcher = user_with_role(Role.REVIEWERS, username="lena")
+    launcher.groups.add(*user_with_role(Role.OPERATORS, username="oscar").groups.all())
+    run = launched(launcher, demo_workflow)
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.NEEDS_RECONCILIATION, failure_reason="the worker stopped"
+    )
+    ApprovalRequest.objects.create(
+        run=run,
+        step_index=13,
+        step_id="submit-payment",
+        status=ApprovalRequest.Status.APPROVED,
+        intent_at=timezone.now(),
+        expires_at=timezone.now() + timedelta(hours=1),
+    )
+    client = Client()
+    client.force_login(launcher)
+
+    assert "Did the action happen?" not in client.get(f"/runs/{run.pk}/").content.decode()
+    client.post(f"/runs/{run.pk}/reconcile/", {"happened": "no", "note": "no receipt"})
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.NEEDS_RECONCILIATION
+    assert not AuditEvent.objects.filter(run_id=run.pk, action="run.cancelled").exists()
+
+
 def test_the_run_pages_forms_carry_a_csrf_token_for_plain_posts(
     operator: User, demo_workflow: Workflow
 ) -> None:
@@ -142,3 +177,17 @@ def test_the_run_pages_forms_carry_a_csrf_token_for_plain_posts(
     assert response.status_code == 302
     run.refresh_from_db()
     assert run.status == Run.Status.CANCELLED
+
+
+def test_a_finished_run_without_outputs_says_so(operator: User, demo_workflow: Workflow) -> None:
+    running = launched(operator, demo_workflow)
+    finished = launched(operator, demo_workflow)
+    Run.objects.filter(pk=running.pk).update(status=Run.Status.RUNNING)
+    Run.objects.filter(pk=finished.pk).update(status=Run.Status.SUCCEEDED)
+    client = Client()
+    client.force_login(operator)
+
+    assert "none yet" in client.get(f"/runs/{running.pk}/").content.decode()
+    page = client.get(f"/runs/{finished.pk}/").content.decode()
+    assert '<dd class="muted">No outputs</dd>' in page
+    assert "none yet" not in page

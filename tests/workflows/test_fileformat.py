@@ -9,7 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workflows.fileformat import DocumentError, dump_document, load_document
-from workflows.schema import STEP_TYPES, WorkflowDocument, describe_step, document_problems
+from workflows.schema import (
+    STEP_TYPES,
+    WorkflowDocument,
+    describe_step,
+    document_problems,
+    irreversible_warnings,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "workflows" / "examples" / "acme-pay-invoice.yaml"
 
@@ -29,6 +35,15 @@ def test_the_demo_workflow_is_valid_and_uses_most_step_types() -> None:
     assert [describe_step(s) for s in document.steps if s.irreversible] == [
         "Click the button 'Submit payment' — irreversible"
     ]
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLE.parent.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_bundled_example_publishes_without_problems_or_warnings(path: Path) -> None:
+    # manage.py demo_workflow publishes them without accepting warnings.
+    document = load_document(path.read_text())
+
+    assert document_problems(document, credential_kinds={"acme-portal": "username_password"}) == []
+    assert irreversible_warnings(list(document.steps)) == []
 
 
 def test_the_demo_file_is_already_in_canonical_form() -> None:

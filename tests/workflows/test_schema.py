@@ -287,7 +287,7 @@ def test_parameter_options_must_fit_the_type() -> None:
         Parameter.model_validate({"name": "p", "type": "string", "choices": ["a"]})
     with pytest.raises(ValidationError, match="needs a currency"):
         Parameter.model_validate({"name": "p", "type": "money"})
-    with pytest.raises(ValidationError, match="must be a number"):
+    with pytest.raises(ValidationError, match="is not an amount"):
         Parameter.model_validate({"name": "p", "type": "money", "currency": "EUR", "default": "x"})
 
 
@@ -332,3 +332,122 @@ def test_host_patterns_match_exactly(pattern: str, host: str, port: int, allowed
 def test_bad_host_patterns_are_refused(pattern: str, message: str) -> None:
     with pytest.raises(HostPatternError, match=message):
         parse_host_pattern(pattern)
+
+
+def test_a_wait_step_pauses_a_fixed_number_of_seconds_and_reads_as_such() -> None:
+    step = STEP_ADAPTER.validate_python({"id": "pause", "type": "wait", "seconds": 2.5})
+
+    assert describe_step(step) == "Wait 2.5 seconds"
+    one = STEP_ADAPTER.validate_python({"id": "p", "type": "wait", "seconds": 1})
+    assert describe_step(one) == "Wait 1 second"
+    assert document(
+        steps=[
+            {"id": "open", "type": "goto", "url": "http://127.0.0.1:8001/login"},
+            {"id": "pause", "type": "wait", "seconds": 60},
+        ]
+    ).steps[1] == STEP_ADAPTER.validate_python({"id": "pause", "type": "wait", "seconds": 60})
+
+
+@pytest.mark.parametrize("seconds", [0, -1, 60.5, 3600])
+def test_it_refuses_a_wait_outside_one_minute(seconds: float) -> None:
+    with pytest.raises(ValidationError) as raised:
+        STEP_ADAPTER.validate_python({"id": "pause", "type": "wait", "seconds": seconds})
+
+    assert "a wait lasts more than 0 and at most 60 seconds" in str(raised.value)
+    assert "wait_for what the page shows" in str(raised.value)
+
+
+def test_a_typed_username_is_named_but_other_credential_fields_are_a_secret() -> None:
+    def sentence(value: str) -> str:
+        step = STEP_ADAPTER.validate_python(
+            {"id": "f", "type": "fill", "target": {"label": "User"}, "value": value}
+        )
+        return describe_step(step)
+
+    assert sentence("{{ secrets.acme.username }}") == (
+        "Fill the field labelled 'User' with the username of credential 'acme'"
+    )
+    assert sentence("{{ secrets.acme.password }}").endswith("with a secret")
+    assert sentence("{{ secrets.otp.code }}").endswith("with a secret")
+    assert sentence("x-{{ secrets.acme.username }}").endswith("with a secret")
+
+
+def ask(**fields: Any) -> dict[str, Any]:
+    return {
+        "id": "ask-code",
+        "type": "ask",
+        "question": "The SMS code?",
+        "save_as": "code",
+        **fields,
+    }
+
+
+def test_an_ask_step_reads_as_who_is_asked_what() -> None:
+    mine = STEP_ADAPTER.validate_python(ask(answer="code"))
+    group = STEP_ADAPTER.validate_python(ask(answered_by="Treasury"))
+
+    assert describe_step(mine) == "Ask the person who launched the run: 'The SMS code?'"
+    assert describe_step(group) == "Ask Treasury: 'The SMS code?'"
+    assert mine.timeout_minutes == 10  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"answer": "choice", "options": ["A"]}, "a choice needs at least two options"),
+        ({"answer": "choice", "options": ["Nordwind", "nordwind"]}, "must differ from each other"),
+        ({"answer": "code", "options": ["A", "B"]}, "'options' belong to answer: choice"),
+        ({"irreversible": True}, "an ask step is never irreversible"),
+        ({"answer": "number"}, "'text', 'code' or 'choice'"),
+        ({"timeout_minutes": 0}, "greater than or equal to 1"),
+        ({"save_as": "SMS code"}, "should match pattern"),
+    ],
+)
+def test_an_ask_step_refuses_what_cannot_be_asked(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        STEP_ADAPTER.validate_python(ask(**fields))
+
+
+def test_a_one_time_code_is_only_typed_into_a_field() -> None:
+    doc = document(
+        steps=[
+            ask(answer="code"),
+            {"id": "type-code", "type": "fill", "target": {"label": "Code"},
+             "value": "{{ outputs.code }}"},
+            {"id": "open", "type": "goto", "url": "http://127.0.0.1:8001/c/{{ outputs.code }}"},
+            {"id": "again", "type": "ask", "question": "Was {{ outputs.code }} right?",
+             "save_as": "ok"},
+            {"id": "check", "type": "assert",
+             "checks": [{"kind": "compare", "left": "outputs.code", "op": "==", "right": "1"}]},
+            ask(id="ask-twice", answer="text"),
+        ]
+    )  # fmt: skip
+
+    assert messages(doc) == [
+        "step 3 'open', field url: 'code' is a one-time code: it may only be typed into a field "
+        "(the value of a fill step), where it is masked",
+        "step 4 'again', field question: 'code' is a one-time code: it may only be typed into a "
+        "field (the value of a fill step), where it is masked",
+        "step 5 'check', field checks.0.left: 'code' is a one-time code: it cannot be compared",
+        "step 6 'ask-twice', field save_as: name 'code' is already used",
+    ]
+
+
+def test_a_text_answer_is_used_like_an_extracted_output() -> None:
+    doc = document(
+        steps=[
+            {"id": "open", "type": "goto", "url": "http://127.0.0.1:8001/"},
+            {"id": "pick", "type": "fill", "target": {"label": "Supplier"},
+             "value": "{{ outputs.supplier }}"},
+            ask(id="which", question="Which supplier?", save_as="supplier", answer="choice",
+                options=["Nordwind GmbH", "Nordwind Logistik GmbH"], answered_by="Treasury"),
+            {"id": "search", "type": "goto",
+             "url": "http://127.0.0.1:8001/suppliers?q={{ outputs.supplier }}"},
+            ask(id="who", answered_by="Treasury & Co"),
+        ]
+    )  # fmt: skip
+
+    assert messages(doc) == [
+        "step 2 'pick', field value: no earlier step extracts an output 'supplier'",
+        "step 5 'who', field answered_by: answered_by is 'launcher' or the name of a group",
+    ]

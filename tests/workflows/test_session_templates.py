@@ -12,6 +12,8 @@ import yaml
 from django.contrib.auth.models import User
 from django.core.management import call_command
 
+from pandaweb.core.roles import Role
+from tests.factories import user_with_role
 from workflows import services
 from workflows.diff import document_diff
 from workflows.fileformat import DocumentError, canonical_data, dump_document, load_document
@@ -218,7 +220,7 @@ def test_comparing_versions_shows_session_changes() -> None:
     assert [(c.path, c.old, c.new) for c in entries[0].changes] == [("rebake_every_hours", None, 4)]
 
 
-def test_the_demo_set_up_publishes_both_examples_once(db: None) -> None:
+def test_the_demo_set_up_publishes_every_example_once(db: None) -> None:
     call_command("setup_roles", "--demo-users", stdout=io.StringIO())
     out = io.StringIO()
 
@@ -228,8 +230,136 @@ def test_the_demo_set_up_publishes_both_examples_once(db: None) -> None:
     published = {
         w.slug: w.versions.get(number=1).document for w in Workflow.objects.order_by("slug")
     }
-    assert list(published) == ["acme-download-invoices", "acme-pay-invoice"]
+    assert list(published) == ["acme-change-payout", "acme-download-invoices", "acme-pay-invoice"]
     assert published["acme-download-invoices"]["session"]["logged_in"]["name"] == "Log out"  # type: ignore[index]
     assert "session" not in published["acme-pay-invoice"]  # type: ignore[operator]
     assert Credential.objects.get().name == "acme-portal"
     assert "demo workflow 'acme-download-invoices' already loaded" in out.getvalue()
+
+
+# The editor -------------------------------------------------------------------------------------
+
+
+def _editor(user: User) -> Any:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _workflow_without_session(operator: User, acme_credential: Credential) -> Workflow:
+    data = example()
+    data.pop("session")
+    data["steps"].insert(0, {"id": "open-login", "type": "goto", "url": "http://127.0.0.1:8001/"})
+    workflow = services.workflow_import(user=operator, text=yaml.safe_dump(data, sort_keys=False))
+    services.workflow_publish(workflow_id=workflow.pk, user=operator, message="first")
+    return workflow
+
+
+def test_an_author_writes_a_session_template_in_the_editor(
+    operator: User, acme_credential: Credential
+) -> None:
+    from pandaweb.audit.models import AuditEvent
+
+    workflow = _workflow_without_session(operator, acme_credential)
+    client = _editor(operator)
+    base = f"/workflows/{workflow.slug}"
+    assert "Add a session template" in client.get(f"{base}/").content.decode()
+
+    check = client.post(
+        f"{base}/session/",
+        {"check_url": "http://127.0.0.1:8001/", "logged_in": 'button "Log out"',
+         "rebake_every_hours": "6"},
+        HTTP_HX_REQUEST="true",
+    )  # fmt: skip
+    assert check["HX-Retarget"] == "#draft"
+    login = {"type": "login", "id": "log-in", "credential": "acme-portal", "timeout_ms": 10000,
+             "username_target": "label Username", "password_target": "label Password",
+             "submit_target": 'button "Sign in"'}  # fmt: skip
+    client.post(f"{base}/session/steps/add/", login, HTTP_HX_REQUEST="true")
+    opened = client.post(
+        f"{base}/session/steps/add/",
+        {"type": "goto", "id": "login-page", "url": "http://127.0.0.1:8001/login",
+         "timeout_ms": 10000},
+        HTTP_HX_REQUEST="true",
+    )  # fmt: skip
+    assert "Log in with credential &#x27;acme-portal&#x27;" in opened.content.decode()
+    client.post(f"{base}/session/steps/1/up/", {"step_id": "login-page"}, HTTP_HX_REQUEST="true")
+
+    draft = workflow.versions.get(status="draft")
+    assert draft.session == {
+        "steps": [
+            {"id": "login-page", "type": "goto", "url": "http://127.0.0.1:8001/login"},
+            {"id": "log-in", "type": "login", "credential": "acme-portal",
+             "username": {"label": "Username"}, "password": {"label": "Password"},
+             "submit": {"role": "button", "name": "Sign in"}},
+        ],
+        "check_url": "http://127.0.0.1:8001/",
+        "logged_in": {"role": "button", "name": "Log out"},
+        "rebake_every_hours": 6,
+    }  # fmt: skip
+    assert draft.steps[0]["id"] == "open-login"  # the run's steps are untouched
+    page = client.get(f"{base}/").content.decode()
+    assert "Edit the check" in page
+    assert 'id="session-step-1"' in page
+    assert "must show <strong>the button &#x27;Log out&#x27;</strong>" in page
+    version = services.workflow_publish(workflow_id=workflow.pk, user=operator, message="session")
+    assert version.document is not None
+    assert version.document["session"] == draft.session
+    assert AuditEvent.objects.filter(action="workflow.session_changed").count() == 1
+    assert AuditEvent.objects.filter(action="workflow.step_added", extra__session=True).count() == 2
+
+
+def test_the_editor_refuses_what_a_session_template_may_not_do(
+    operator: User, acme_credential: Credential
+) -> None:
+    workflow = _workflow_without_session(operator, acme_credential)
+    client = _editor(operator)
+    base = f"/workflows/{workflow.slug}"
+
+    bad_check = client.post(
+        f"{base}/session/",
+        {"check_url": "http://127.0.0.1:8001/{{ params.month }}", "logged_in": 'buton "Out"',
+         "rebake_every_hours": "500"},
+    )  # fmt: skip
+    body = bad_check.content.decode()
+    assert "&#x27;buton&#x27; is not a role" in body
+    assert "Ensure this value is less than or equal to 168." in body
+    assert client.get(f"{base}/session/steps/add/?type=extract").status_code == 404
+    assert client.get(f"{base}/session/steps/add/?type=wait").status_code == 200
+    assert (
+        "Irreversible" not in client.get(f"{base}/session/steps/add/?type=click").content.decode()
+    )
+    clash = client.post(
+        f"{base}/session/steps/add/",
+        {"type": "goto", "id": "open-login", "url": "http://127.0.0.1:8001/login",
+         "timeout_ms": 10000},
+    )  # fmt: skip
+    assert "another step already has the id &#x27;open-login&#x27;" in clash.content.decode()
+    with pytest.raises(services.WorkflowError) as refused:
+        services.step_save(
+            workflow_id=workflow.pk,
+            user=operator,
+            data={"id": "pay", "type": "click", "irreversible": True,
+                  "target": {"role": "button", "name": "Pay"}},
+            session=True,
+        )  # fmt: skip
+    assert "irreversible" in refused.value.field_errors
+    reviewer = _editor(user_with_role(Role.REVIEWERS))
+    assert reviewer.get(f"{base}/session/").status_code == 403
+    assert reviewer.post(f"{base}/session/remove/").status_code == 403
+    assert not workflow.versions.filter(status="draft").exists()
+
+
+def test_removing_the_session_template_from_the_draft(
+    operator: User, acme_credential: Credential
+) -> None:
+    workflow = services.workflow_import(user=operator, text=SESSION_EXAMPLE.read_text())
+    client = _editor(operator)
+
+    client.post(f"/workflows/{workflow.slug}/session/remove/", HTTP_HX_REQUEST="true")
+
+    assert workflow.versions.get(status="draft").session is None
+    page = client.get(f"/workflows/{workflow.slug}/").content.decode()
+    assert "Add a session template" in page

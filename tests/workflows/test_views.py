@@ -196,3 +196,134 @@ def test_audit_events_carry_the_request_id_and_client_address(
         "127.0.0.7",
     )
     assert event.actor == operator
+
+
+def test_the_palette_offers_a_bounded_pause(operator: User, workflow: Workflow) -> None:
+    client = Client()
+    client.force_login(operator)
+    assert (
+        f"/workflows/{workflow.slug}/steps/add/?type=wait"
+        in client.get(f"/workflows/{workflow.slug}/").content.decode()
+    )
+    url = f"/workflows/{workflow.slug}/steps/add/"
+
+    too_long = client.post(
+        url, {"type": "wait", "id": "pause", "seconds": "90", "timeout_ms": 10000},
+        HTTP_HX_REQUEST="true",
+    )  # fmt: skip
+    saved = client.post(
+        url, {"type": "wait", "id": "pause", "seconds": "3", "timeout_ms": 10000},
+        HTTP_HX_REQUEST="true",
+    )  # fmt: skip
+
+    assert "a wait lasts more than 0 and at most 60 seconds (got 90)" in too_long.content.decode()
+    assert "Wait 3 seconds" in saved.content.decode()
+    draft = workflow.versions.get(status="draft")
+    assert draft.steps[-1] == {"id": "pause", "type": "wait", "seconds": 3.0}
+
+
+def test_the_editor_keeps_a_money_parameters_decimal_comma(
+    operator: User, workflow: Workflow
+) -> None:
+    client = Client()
+    client.force_login(operator)
+    amount = {"name": "amount", "type": "money", "currency": "EUR", "required": "on"}
+
+    client.post(f"/workflows/{workflow.slug}/parameters/1/edit/", {**amount, "decimal_comma": "on"})
+    with_comma = workflow.versions.get(status="draft").parameters[1]
+    client.post(f"/workflows/{workflow.slug}/parameters/1/edit/", amount)
+    without = workflow.versions.get(status="draft").parameters[1]
+
+    stored = {"name": "amount", "type": "money", "currency": "EUR"}  # required is the default
+    assert with_comma == {**stored, "decimal_comma": True}
+    assert without == stored
+
+
+def test_the_settings_form_sets_reminders_and_escalation_for_the_next_version(
+    operator: User, workflow: Workflow
+) -> None:
+    client = Client()
+    client.force_login(operator)
+    form = {
+        "name": workflow.name,
+        "description": workflow.description,
+        "reviewer_group": workflow.reviewer_group_id,
+        "allowed_hosts": "\n".join(workflow.allowed_hosts),
+        "step_budget": workflow.step_budget,
+        "run_ttl_minutes": workflow.run_ttl_minutes,
+        "approval_quorum": 1,
+        "approval_expiry_minutes": 60,
+        "credentials": [c.pk for c in workflow.credentials.all()],
+        "max_concurrent_runs": workflow.max_concurrent_runs,
+    }
+    refused = client.post(
+        f"/workflows/{workflow.slug}/settings/",
+        {**form, "approval_remind_before_minutes": 0, "approval_escalate_after_minutes": 20},
+    )
+    assert "needs an escalation_group" in refused.content.decode()
+    workflow.refresh_from_db()
+    assert workflow.approval_escalate_after_minutes == 0
+
+    saved = client.post(
+        f"/workflows/{workflow.slug}/settings/",
+        {
+            **form,
+            "approval_remind_before_minutes": 10,
+            "approval_escalate_after_minutes": 20,
+            "approval_escalation_group": "Admins",
+        },
+    )
+    assert saved.status_code == 302
+    workflow.refresh_from_db()
+    assert workflow.approval_remind_before_minutes == 10
+    assert workflow.approval_escalation_group == "Admins"
+    services.step_save(
+        workflow_id=workflow.pk, user=operator, data={"id": "extra", "type": "press", "key": "Tab"}
+    )
+    services.workflow_publish(workflow_id=workflow.pk, user=operator, message="v2")
+    document = workflow.versions.get(number=2).document
+    assert document is not None
+    policy = document["settings"]["approval"]
+    # Stored without the defaults, like every setting: what approvals.services reads.
+    assert policy == {
+        "remind_before_minutes": 10,
+        "escalate_after_minutes": 20,
+        "escalation_group": "Admins",
+    }
+    # A version without them carries none of the new keys: its exports do not change.
+    assert "remind_before_minutes" not in str(workflow.versions.get(number=1).document)
+
+
+def test_the_palette_offers_asking_a_person(operator: User, workflow: Workflow) -> None:
+    client = Client()
+    client.force_login(operator)
+    assert (
+        f"/workflows/{workflow.slug}/steps/add/?type=ask"
+        in client.get(f"/workflows/{workflow.slug}/").content.decode()
+    )
+    url = f"/workflows/{workflow.slug}/steps/add/"
+    form = client.get(f"{url}?type=ask").content.decode()
+    assert "Who answers" in form
+    assert "Irreversible" not in form  # asking changes nothing on the portal
+
+    one_option = client.post(
+        url, {"type": "ask", "id": "which", "question": "Which supplier?", "answer": "choice",
+              "options_text": "Nordwind GmbH", "save_as": "supplier", "answered_by": "launcher",
+              "timeout_minutes": "30", "timeout_ms": 10000},
+        HTTP_HX_REQUEST="true",
+    )  # fmt: skip
+    saved = client.post(
+        url, {"type": "ask", "id": "which", "question": "Which supplier?", "answer": "choice",
+              "options_text": "Nordwind GmbH\n\nNordwind Logistik GmbH\n", "save_as": "supplier",
+              "answered_by": "Treasury", "timeout_minutes": "30", "timeout_ms": 10000},
+        HTTP_HX_REQUEST="true",
+    )  # fmt: skip
+
+    assert "a choice needs at least two options to choose from" in one_option.content.decode()
+    assert "Ask Treasury: &#x27;Which supplier?&#x27;" in saved.content.decode()
+    draft = workflow.versions.get(status="draft")
+    assert draft.steps[-1] == {
+        "id": "which", "type": "ask", "question": "Which supplier?", "answer": "choice",
+        "options": ["Nordwind GmbH", "Nordwind Logistik GmbH"], "save_as": "supplier",
+        "answered_by": "Treasury", "timeout_minutes": 30,
+    }  # fmt: skip

@@ -84,6 +84,8 @@ MODULES: tuple[str, ...] = (
 )
 
 GUEST_DIR = Path(__file__).resolve().with_name("guest")
+# Where Debian's Chromium reads its managed policy, inside the root fs.
+CHROMIUM_POLICY_DIR = "etc/chromium/policies/managed"
 # guest/init goes into the initramfs; every other file under guest/ into /usr/local/sbin.
 INIT_SCRIPT = "init"
 GUEST_BIN_DIR = "usr/local/sbin"
@@ -195,6 +197,8 @@ def _read_guest() -> dict[str, _GuestFile]:
 
 
 def _inputs(guest: dict[str, _GuestFile]) -> dict[str, Any]:
+    from pandaweb.browser import managed_policy_json
+
     hashed = {
         name: f"{'x' if file.executable else '-'}:{hashlib.sha256(file.data).hexdigest()}"
         for name, file in guest.items()
@@ -210,6 +214,7 @@ def _inputs(guest: dict[str, _GuestFile]) -> dict[str, Any]:
         "busybox_package": BUSYBOX_STATIC_PACKAGE,
         "modules": list(MODULES),
         "guest_files": hashed,
+        "managed_policy": hashlib.sha256(managed_policy_json()).hexdigest(),
     }
 
 
@@ -749,6 +754,8 @@ def _deb_versions(directory: Path) -> dict[str, str]:
 
 
 def _install_guest_files(rootfs: Path, guest: dict[str, _GuestFile]) -> None:
+    from pandaweb.browser import MANAGED_POLICY_NAME, managed_policy_json
+
     for name, file in guest.items():
         if name == INIT_SCRIPT:
             continue
@@ -756,6 +763,10 @@ def _install_guest_files(rootfs: Path, guest: dict[str, _GuestFile]) -> None:
             raise ImageBuildError(f"guest/{name}: guest/ holds plain files only, no directories")
         mode = 0o755 if file.executable else 0o644
         _write_in_root(rootfs, f"{GUEST_BIN_DIR}/{name}", file.data, mode)
+    # Chromium's own background traffic off (pandaweb.browser.MANAGED_POLICY); in the image,
+    # so it is there before Chromium first starts and no run can change it.
+    (rootfs / CHROMIUM_POLICY_DIR).mkdir(parents=True, exist_ok=True)
+    _write_in_root(rootfs, f"{CHROMIUM_POLICY_DIR}/{MANAGED_POLICY_NAME}", managed_policy_json())
     _write_in_root(rootfs, "etc/hostname", b"pandaweb-guest\n")
     _write_in_root(
         rootfs, "etc/hosts", b"127.0.0.1\tlocalhost\n127.0.1.1\tpandaweb-guest\n::1\tlocalhost\n"

@@ -15,17 +15,20 @@ from workflows import services
 from workflows.models import Credential, Workflow
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
-# slug → file; both log in with the portal credential, the second through a session template.
+# slug → file; all log in with the portal credential, the second through a session template;
+# the third asks its launcher for the code the portal sends by SMS.
 EXAMPLES = {
     "acme-pay-invoice": EXAMPLES_DIR / "acme-pay-invoice.yaml",
     "acme-download-invoices": EXAMPLES_DIR / "acme-download-invoices.yaml",
+    "acme-change-payout": EXAMPLES_DIR / "acme-change-payout.yaml",
 }
 
 
 class Command(BaseCommand):
     help = (
         "Load the demo workflows (pay an Acme invoice; download this month's invoices, which logs "
-        "in through a session template) with their portal credential and publish them, as the "
+        "in through a session template; change the payout account, which asks for an SMS code) "
+        "with their portal credential and publish them, as the "
         "demo operator. Idempotent: a workflow that exists is left alone."
     )
 

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from pandaweb.audit.chain import VerifyResult
+from pandaweb.audit.checkpoints import audit_verify_checkpoints, pinned_fingerprint
 from pandaweb.audit.export import UnreadableExport, fingerprint, verify_export
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_verify_database
@@ -14,7 +16,8 @@ from pandaweb.audit.services import audit_verify_database
 class Command(BaseCommand):
     help = (
         "Verify the audit trail's hash chain in the database, or with --export an export zip "
-        "offline (signature, file hashes, its own chain). Exit 1 if it is broken (naming the "
+        "offline (signature by the pinned key, file hashes, its own chain); with --checkpoints, "
+        "against the signed checkpoints of its head. Exit 1 if it is broken (naming the "
         "first bad sequence number), 2 if the export cannot be read."
     )
 
@@ -38,7 +41,15 @@ class Command(BaseCommand):
             "--public-key",
             metavar="B64",
             help="the key the export must be signed with (see audit_public_key); without it the "
-            "key the export names is used, so compare its fingerprint with the installation's",
+            "export must be signed by the key whose fingerprint PANDAWEB_AUDIT_PUBLIC_KEY_"
+            "FINGERPRINT names (by default this installation's own)",
+        )
+        parser.add_argument(
+            "--checkpoints",
+            metavar="DIR",
+            help="also require the database chain to hold, unchanged, the head of every signed "
+            "checkpoint in DIR (PANDAWEB_AUDIT_CHECKPOINT_DIR): catches a tail cut off and a "
+            "chain rewritten with recomputed hashes",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -50,8 +61,17 @@ class Command(BaseCommand):
         result = audit_verify_database(batch_size=options["batch_size"])
         if result.ok and options["since_export"]:
             result = self._reaches(result, options["since_export"])
+        checked = None
+        if options["checkpoints"]:
+            directory = Path(options["checkpoints"])
+            if not directory.is_dir():
+                raise CommandError(f"--checkpoints {directory}: no such directory")
+            result, checked = audit_verify_checkpoints(result, directory)
         if result.ok:
-            self.stdout.write(f"audit chain OK: {result.count} events, head {result.last_hash}")
+            against = f"; matches {checked} signed checkpoint(s)" if checked is not None else ""
+            self.stdout.write(
+                f"audit chain OK: {result.count} events, head {result.last_hash}{against}"
+            )
             return
         self.stderr.write(
             f"audit chain BROKEN at sequence {result.first_bad_sequence}: {result.reason}"
@@ -66,6 +86,17 @@ class Command(BaseCommand):
         except (UnreadableExport, ValueError) as exc:
             self.stderr.write(f"audit export UNREADABLE: {path}: {exc}")
             raise SystemExit(2) from None
+        if check.ok and public_key is None and check.manifest is not None:
+            # Without --public-key the export is pinned to the configured fingerprint: a copy
+            # re-signed with any other key proves only that someone signed it.
+            pinned = pinned_fingerprint()
+            signer = fingerprint(check.manifest["public_key"])
+            if "".join(signer.split()).lower() != "".join(pinned.split()).lower():
+                self.stderr.write(
+                    f"audit export BROKEN: signed by key {signer}, not by the pinned key "
+                    f"{pinned} (PANDAWEB_AUDIT_PUBLIC_KEY_FINGERPRINT, or this installation's)"
+                )
+                raise SystemExit(1)
         if not check.ok:
             where = (
                 f" at sequence {check.first_bad_sequence}"
@@ -80,7 +111,7 @@ class Command(BaseCommand):
             if check.count
             else "no events"
         )
-        pinned = "the expected key" if public_key else "not pinned: compare, or pass --public-key"
+        pinned = "the expected key" if public_key else "the pinned key"
         self.stdout.write(
             f"audit export OK: {check.count} events ({span}), head {manifest['last_hash']}, "
             f"signed by key {fingerprint(manifest['public_key'])} ({pinned})"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 from typing import Any
@@ -50,6 +51,8 @@ class Command(BaseCommand):
                 "run 'python manage.py migrate' first (scripts/quickstart does)"
             )
         host, port = options["host"], options["port"]
+        # The dashboard's own origins (for websockets) follow the port it serves on.
+        os.environ["PANDAWEB_PORT"] = str(port)
         python = sys.executable
         children = [
             supervisor.Child(
@@ -87,9 +90,8 @@ class Command(BaseCommand):
                     name=f"worker {index + 1}",
                     argv=[
                         python, "-m", "celery", "-A", "pandaweb", "worker",
-                        # Threads, not forked children: a run's egress proxy is a thread
-                        # of the process that started its browser, and the continuation after
-                        # an approval must find it there.
+                        # Threads: one process per worker keeps `up` light on a laptop; a
+                        # run's browser and proxy outlive any worker either way.
                         "--loglevel", "INFO", "--pool", "threads", "--concurrency", "2",
                         "--hostname", f"worker{index + 1}@%h",
                         # The shared queue, and this machine's own: a sandbox lives on one host,

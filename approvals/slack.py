@@ -1,0 +1,533 @@
+"""Chat approvals in Slack: a card per request, its buttons decided through ``approval_decide``;
+and a run's questions, posted with a link to answer them on the run page.
+
+Cards are posted (and later updated with the outcome) through ``slack_sdk``'s ``WebClient`` at
+``PANDAWEB_SLACK_API_URL``. Callbacks arrive signed by Slack; the signature and timestamp are
+checked, an exact replay is refused, and the clicking Slack user is mapped to a pandaweb user
+only through a linked identity (team id + user id). The verdict carries the evidence hash the
+card showed, so a card for old evidence cannot approve new evidence.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core import signing
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from slack_sdk import WebClient
+from slack_sdk.signature import SignatureVerifier
+
+from approvals.models import ApprovalDecision, ApprovalRequest, Question
+from pandaweb.reviewers.models import SlackCard, SlackDelivery, SlackIdentity
+
+logger = logging.getLogger(__name__)
+
+A = ApprovalRequest.Status
+IMAGE_SALT = "approvals.slack.card-image"
+REPLAY_WINDOW = timedelta(minutes=10)  # longer than Slack's five-minute timestamp window
+
+
+def client() -> WebClient:
+    return WebClient(token=settings.SLACK_BOT_TOKEN, base_url=settings.SLACK_API_URL, timeout=5)
+
+
+# The card ----------------------------------------------------------------------------------------
+
+
+def card_image_url(approval: ApprovalRequest) -> str:
+    """A link Slack can fetch without a session: signed, expiring after
+    ``PANDAWEB_SLACK_IMAGE_LINK_MINUTES``."""
+    token = signing.dumps(approval.pk, salt=IMAGE_SALT, compress=True)
+    return f"{settings.PANDAWEB_BASE_URL}/integrations/slack/card-image/{token}.png"
+
+
+def card_image_approval(token: str) -> int | None:
+    try:
+        return int(
+            signing.loads(token, salt=IMAGE_SALT, max_age=settings.SLACK_IMAGE_LINK_MINUTES * 60)
+        )
+    except (signing.BadSignature, ValueError, TypeError):
+        return None
+
+
+def card_image(approval: ApprovalRequest) -> bytes:
+    """The outlined screenshot cropped to the target and its surroundings (PNG)."""
+    from PIL import Image
+
+    from sessions.services.runstate import run_files_dir
+
+    path = Path(run_files_dir(approval.run_id)) / (approval.outlined or approval.screenshot)
+    picture: Image.Image = Image.open(path)
+    box = ((approval.evidence or {}).get("target") or {}).get("box")
+    if box:
+        margin = 160
+        left = max(0, int(box["x"]) - margin)
+        top = max(0, int(box["y"]) - margin // 2)
+        right = min(picture.width, int(box["x"] + box["width"]) + margin)
+        bottom = min(picture.height, int(box["y"] + box["height"]) + margin // 2)
+        if right > left and bottom > top:
+            picture = picture.crop((left, top, right, bottom))
+    out = io.BytesIO()
+    picture.save(out, format="PNG")
+    return out.getvalue()
+
+
+def _amount_text(approval: ApprovalRequest) -> str:
+    from approvals.passkeys import approval_amount
+
+    amount = approval_amount(approval)
+    if amount is None:
+        return "—"
+    value, currency = amount
+    return f"{value:,.2f} {currency}".strip()
+
+
+def card_state(approval: ApprovalRequest) -> str:
+    """What the card shows, in one string: an update is sent only when it changes."""
+    approvals = sum(
+        1 for d in approval.decisions.all() if d.verdict == ApprovalDecision.Verdict.APPROVE
+    )
+    return f"{approval.status}:{approvals}"
+
+
+def card_blocks(approval: ApprovalRequest) -> tuple[str, list[dict[str, Any]]]:
+    """The fallback text and Block Kit blocks of ``approval``'s card, as it stands now."""
+    from approvals.passkeys import passkey_required
+
+    run = approval.run
+    link = f"{settings.PANDAWEB_BASE_URL}/approvals/{approval.pk}/"
+    expires = int(approval.expires_at.timestamp())
+    title = f"Approval needed: {run.workflow.name} (run #{run.pk})"
+    fallback = f"{title}: {approval.action}"
+    target = (approval.evidence or {}).get("target") or {}
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_escape(approval.action)}*"}},
+        {
+            "type": "section",
+            "fields": [
+                {"type": "mrkdwn", "text": f"*Amount*\n{_amount_text(approval)}"},
+                {
+                    "type": "mrkdwn",
+                    "text": f"*Launched by*\n{_escape(run.launched_by.get_username())}",
+                },
+                {
+                    "type": "mrkdwn",
+                    "text": f"*Expires*\n<!date^{expires}^{{date_short_pretty}} {{time}}|"
+                    f"{approval.expires_at:%Y-%m-%d %H:%M} UTC>",
+                },
+                {"type": "mrkdwn", "text": f"*Quorum*\n{approval.quorum}"},
+            ],
+        },
+    ]
+    if approval.outlined or approval.screenshot:
+        blocks.append(
+            {
+                "type": "image",
+                "image_url": card_image_url(approval),
+                "alt_text": (str(target.get("description") or "the target of the action"))[:200],
+            }
+        )
+    decisions = list(approval.decisions.select_related("reviewer"))
+    approved_by = [
+        d.reviewer.get_username()
+        for d in decisions
+        if d.verdict == ApprovalDecision.Verdict.APPROVE
+    ]
+    context = f"Evidence `{approval.evidence_sha256[:12]}` · <{link}|Open in pandaweb>"
+    if approval.status == A.PENDING:
+        if approved_by:
+            context += (
+                f" · approved by {', '.join(approved_by)} ({len(approved_by)} of {approval.quorum})"
+            )
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context}]})
+        if passkey_required(approval):
+            blocks.append(
+                {
+                    "type": "section",
+                    "text": {
+                        "type": "mrkdwn",
+                        "text": "This request needs a passkey: decide on the page.",
+                    },
+                }
+            )
+            blocks.append(
+                {
+                    "type": "actions",
+                    "block_id": "decide",
+                    "elements": [_link_button("Decide in pandaweb", link, "open")],
+                }
+            )
+        else:
+            value = json.dumps({"a": approval.pk, "h": approval.evidence_sha256})
+            blocks.append(
+                {
+                    "type": "actions",
+                    "block_id": "decide",
+                    "elements": [
+                        {
+                            "type": "button",
+                            "action_id": "approve",
+                            "style": "primary",
+                            "text": {"type": "plain_text", "text": "Approve"},
+                            "value": value,
+                        },
+                        {
+                            "type": "button",
+                            "action_id": "reject",
+                            "style": "danger",
+                            "text": {"type": "plain_text", "text": "Reject"},
+                            "value": value,
+                        },
+                        _link_button("Open", link, "open"),
+                    ],
+                }
+            )
+    else:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _outcome(approval)}})
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context}]})
+    return fallback, blocks
+
+
+def _link_button(text: str, url: str, action_id: str) -> dict[str, Any]:
+    return {
+        "type": "button",
+        "action_id": action_id,
+        "text": {"type": "plain_text", "text": text},
+        "url": url,
+    }
+
+
+def _outcome(approval: ApprovalRequest) -> str:
+    decisions = list(approval.decisions.select_related("reviewer"))
+    names = ", ".join(d.reviewer.get_username() for d in decisions) or "nobody"
+    if approval.status == A.APPROVED:
+        return f":white_check_mark: *Approved* by {_escape(names)}."
+    if approval.status == A.REJECTED:
+        return f":x: *Rejected*: {_escape(approval.reason)}"
+    if approval.status == A.EXPIRED:
+        return ":hourglass: *Expired* before a decision; the run is cancelled."
+    return f":no_entry_sign: *Voided*: {_escape(approval.reason)}"
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_card_post(*, approval_id: int, channel: str) -> SlackCard:
+    """Post ``approval``'s card to ``channel`` (a channel, or a user id for a direct message)
+    and remember it for updates. Not idempotent: each call posts a message."""
+    approval = ApprovalRequest.objects.select_related("run__workflow", "run__launched_by").get(
+        pk=approval_id
+    )
+    text, blocks = card_blocks(approval)
+    response = client().chat_postMessage(channel=channel, text=text, blocks=blocks)
+    return SlackCard.objects.create(
+        approval=approval,
+        channel=str(response["channel"]),
+        ts=str(response["ts"]),
+        shown=card_state(approval),
+    )
+
+
+def slack_cards_update(*, approval_id: int) -> int:
+    """Bring every card of the request up to date (``chat.update``); how many changed.
+    Idempotent: a card already showing the current state is left alone."""
+    approval = ApprovalRequest.objects.select_related("run__workflow", "run__launched_by").get(
+        pk=approval_id
+    )
+    state = card_state(approval)
+    changed = 0
+    for card in SlackCard.objects.filter(approval=approval).exclude(shown=state):
+        text, blocks = card_blocks(approval)
+        client().chat_update(channel=card.channel, ts=card.ts, text=text, blocks=blocks)
+        SlackCard.objects.filter(pk=card.pk).update(shown=state)
+        changed += 1
+    return changed
+
+
+# Questions ---------------------------------------------------------------------------------------
+
+
+def question_link(question: Question) -> str:
+    return f"{settings.PANDAWEB_BASE_URL}/runs/{question.run_id}/#question"
+
+
+def question_blocks(
+    question: Question, *, reminder: bool = False
+) -> tuple[str, list[dict[str, Any]]]:
+    """The fallback text and blocks of a run's question: what it asks, who may answer, until
+    when, and a link to answer on the run page. Answering stays in pandaweb (a one-time code
+    never passes through Slack), so the message has no input and no answer in it."""
+    from workflows.schema import ASK_LAUNCHER
+
+    run = question.run
+    link = question_link(question)
+    expires = int(question.expires_at.timestamp())
+    lead = "Reminder, still waiting for an answer" if reminder else "A run asks"
+    title = f"{lead}: {run.workflow.name} (run #{run.pk})"
+    if question.answered_by == ASK_LAUNCHER:
+        who = f"{run.launched_by.get_username()}, who launched the run"
+    else:
+        who = f"members of {question.answered_by}"
+    kind = question.get_kind_display()
+    if question.kind == Question.Kind.CHOICE and question.options:
+        kind = "One of: " + " · ".join(question.options)
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_escape(question.text)}*"}},
+        {
+            "type": "section",
+            "fields": [
+                {"type": "mrkdwn", "text": f"*Who may answer*\n{_escape(who)}"},
+                {"type": "mrkdwn", "text": f"*Answer*\n{_escape(kind)}"[:2000]},
+                {
+                    "type": "mrkdwn",
+                    "text": f"*Expires*\n<!date^{expires}^{{date_short_pretty}} {{time}}|"
+                    f"{question.expires_at:%Y-%m-%d %H:%M} UTC>",
+                },
+                {
+                    "type": "mrkdwn",
+                    "text": f"*Launched by*\n{_escape(run.launched_by.get_username())}",
+                },
+            ],
+        },
+        {
+            "type": "context",
+            "elements": [
+                {
+                    "type": "mrkdwn",
+                    "text": f"Answer on the run page: <{link}|run #{run.pk}>"
+                    + (" · the code is typed there, never here" if question.kind == "code" else ""),
+                }
+            ],
+        },
+        {
+            "type": "actions",
+            "block_id": "answer",
+            "elements": [_link_button("Answer in pandaweb", link, "open")],
+        },
+    ]
+    return f"{title}: {question.text}", blocks
+
+
+def slack_question_post(*, question_id: int, channel: str, reminder: bool = False) -> None:
+    """Post a run's pending question to ``channel`` (a channel, or a user id for a direct
+    message). Not idempotent: each call posts a message; a question no longer pending is not
+    posted."""
+    question = Question.objects.select_related("run__workflow", "run__launched_by").get(
+        pk=question_id
+    )
+    if question.status != Question.Status.PENDING:
+        return
+    text, blocks = question_blocks(question, reminder=reminder)
+    client().chat_postMessage(channel=channel, text=text, blocks=blocks)
+
+
+def slack_question_channel(question: Question) -> str:
+    """The workflow's approval channel, where its questions are posted too ('' for none)."""
+    version = question.run.version
+    if not settings.SLACK_BOT_TOKEN or version is None:
+        return ""
+    return version.settings_model.approval.slack_channel or ""
+
+
+# Callbacks ---------------------------------------------------------------------------------------
+
+
+class CallbackRefused(Exception):
+    """Not a genuine, fresh Slack request."""
+
+
+def verify_callback(*, body: bytes, headers: dict[str, str]) -> None:
+    """Refuse a forged, stale or replayed callback (raises ``CallbackRefused``)."""
+    if not settings.SLACK_SIGNING_SECRET:
+        raise CallbackRefused("Slack callbacks are not configured (no signing secret)")
+    verifier = SignatureVerifier(settings.SLACK_SIGNING_SECRET)
+    timestamp = headers.get("X-Slack-Request-Timestamp", "")
+    signature = headers.get("X-Slack-Signature", "")
+    if not timestamp.isdigit() or not verifier.is_valid(
+        body=body, timestamp=timestamp, signature=signature
+    ):
+        raise CallbackRefused("the request is not signed by Slack, or its timestamp is stale")
+    now = timezone.now()
+    SlackDelivery.objects.filter(received_at__lt=now - REPLAY_WINDOW).delete()
+    try:
+        with transaction.atomic():
+            SlackDelivery.objects.create(signature=signature)
+    except IntegrityError:
+        raise CallbackRefused("this request was already received (a replay)") from None
+
+
+def linked_user(team_id: str, slack_user_id: str) -> User | None:
+    identity = (
+        SlackIdentity.objects.select_related("user")
+        .filter(team_id=team_id, slack_user_id=slack_user_id, user__is_active=True)
+        .first()
+    )
+    return identity.user if identity else None
+
+
+NOT_LINKED = (
+    "Your Slack account is not linked to a pandaweb user, so it cannot decide. In pandaweb, open "
+    "your profile, get a link code and send `/pandaweb link CODE` here."
+)
+
+
+def _ephemeral(channel: str, user: str, text: str) -> None:
+    try:
+        client().chat_postEphemeral(channel=channel, user=user, text=text)
+    except Exception:
+        logger.exception("could not answer Slack user %s", user)
+
+
+def _decide(
+    *, user: User, value: dict[str, Any], approve: bool, reason: str = ""
+) -> tuple[bool, str]:
+    """Decide through the one policy place; (recorded?, the sentence for the reviewer)."""
+    from approvals import services
+
+    try:
+        approval_id, evidence = int(value["a"]), str(value["h"])
+    except (KeyError, TypeError, ValueError):
+        return False, "Not recorded: this button is malformed."
+    link = f"{settings.PANDAWEB_BASE_URL}/approvals/{approval_id}/"
+    try:
+        decided = services.approval_decide(
+            approval_id=approval_id,
+            user=user,
+            approve=approve,
+            reason=reason,
+            evidence_sha256=evidence,
+        )
+    except ApprovalRequest.DoesNotExist:
+        return False, "Not recorded: this request does not exist."
+    except services.ApprovalRefused as refused:
+        return False, f"Not recorded. {_sentence(str(refused))} <{link}|Open the request>"
+    return True, _outcome_sentence(decided, approve=approve)
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else f"{text}."
+
+
+def _outcome_sentence(approval: ApprovalRequest, *, approve: bool) -> str:
+    if approval.status == A.APPROVED:
+        return f"Approved. Run #{approval.run_id} continues with the action."
+    if approval.status == A.REJECTED:
+        return f"Rejected. Run #{approval.run_id} is cancelled; nothing was submitted."
+    if approve:
+        given = approval.decisions.filter(verdict=ApprovalDecision.Verdict.APPROVE).count()
+        return f"Your approval is recorded ({given} of {approval.quorum}); waiting for the others."
+    return "Your decision is recorded."
+
+
+def handle_block_action(payload: dict[str, Any]) -> None:
+    """Approve at once; Reject opens a modal asking for the reason."""
+    slack_user = payload.get("user") or {}
+    team_id = str(slack_user.get("team_id") or (payload.get("team") or {}).get("id") or "")
+    slack_user_id = str(slack_user.get("id") or "")
+    channel = str((payload.get("channel") or {}).get("id") or "")
+    actions = payload.get("actions") or []
+    if not actions or actions[0].get("action_id") not in ("approve", "reject"):
+        return  # the "Open" link button also reports a click; nothing to do
+    action = actions[0]
+    user = linked_user(team_id, slack_user_id)
+    if user is None:
+        _ephemeral(channel, slack_user_id, NOT_LINKED)
+        return
+    try:
+        value = json.loads(action.get("value") or "")
+    except ValueError:
+        _ephemeral(channel, slack_user_id, "Not recorded: this button is malformed.")
+        return
+    if action["action_id"] == "approve":
+        _, sentence = _decide(user=user, value=value, approve=True)
+        _ephemeral(channel, slack_user_id, sentence)
+        return
+    refusal = _early_refusal(user, value)
+    if refusal:
+        _ephemeral(channel, slack_user_id, refusal)
+        return
+    client().views_open(
+        trigger_id=str(payload.get("trigger_id") or ""),
+        view={
+            "type": "modal",
+            "callback_id": "reject_reason",
+            "private_metadata": json.dumps({**value, "c": channel}),
+            "title": {"type": "plain_text", "text": "Reject the request"},
+            "submit": {"type": "plain_text", "text": "Reject"},
+            "close": {"type": "plain_text", "text": "Cancel"},
+            "blocks": [
+                {
+                    "type": "input",
+                    "block_id": "reason",
+                    "label": {"type": "plain_text", "text": "Why do you reject this action?"},
+                    "element": {
+                        "type": "plain_text_input",
+                        "action_id": "reason",
+                        "multiline": True,
+                    },
+                }
+            ],
+        },
+    )
+
+
+def _early_refusal(user: User, value: dict[str, Any]) -> str:
+    """Refusals worth saying before asking for a reason (``approval_decide`` checks them all
+    again when the reason comes)."""
+    from approvals.services import approval_refusal
+
+    try:
+        approval = ApprovalRequest.objects.filter(pk=int(value.get("a") or 0)).first()
+    except (TypeError, ValueError):
+        approval = None
+    if approval is None:
+        return "Not recorded: this request does not exist."
+    link = f"{settings.PANDAWEB_BASE_URL}/approvals/{approval.pk}/"
+    refusal = approval_refusal(user, approval)
+    if refusal is None and approval.status != A.PENDING:
+        refusal = f"this request is already {approval.get_status_display().lower()}"
+    if refusal is None and approval.expires_at <= timezone.now():
+        refusal = "this request is already expired"
+    if refusal is None:
+        from approvals.passkeys import passkey_required
+
+        if passkey_required(approval):
+            refusal = "this request needs your passkey: decide on the approval page"
+    return f"Not recorded. {_sentence(refusal)} <{link}|Open the request>" if refusal else ""
+
+
+def handle_view_submission(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The reject modal's reason: the verdict, or the refusal shown inside the modal."""
+    view = payload.get("view") or {}
+    if view.get("callback_id") != "reject_reason":
+        return None
+    slack_user = payload.get("user") or {}
+    team_id = str(slack_user.get("team_id") or (payload.get("team") or {}).get("id") or "")
+    slack_user_id = str(slack_user.get("id") or "")
+    user = linked_user(team_id, slack_user_id)
+    if user is None:
+        return {"response_action": "errors", "errors": {"reason": NOT_LINKED}}
+    try:
+        value = json.loads(view.get("private_metadata") or "")
+        reason = str(view["state"]["values"]["reason"]["reason"]["value"] or "")
+    except (ValueError, KeyError, TypeError):
+        return {"response_action": "errors", "errors": {"reason": "Malformed form."}}
+    recorded, sentence = _decide(user=user, value=value, approve=False, reason=reason)
+    if not recorded:
+        return {"response_action": "errors", "errors": {"reason": sentence[:150]}}
+    if value.get("c"):
+        _ephemeral(str(value["c"]), slack_user_id, sentence)
+    return None

@@ -1,0 +1,817 @@
+"""The HTTP API under /api/v1/: thin adapters over the same services the dashboard uses.
+
+Every endpoint: authenticate the token (``services.token_authenticate``), check the scope it needs
+*before* looking anything up (so a refusal says nothing about whether an object exists), call one
+selector or service, render. Errors are RFC 9457 problem documents (``problems.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import mimetypes
+import re
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.db.models import Prefetch
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.urls import reverse
+from ninja import Header, NinjaAPI, Query, Router, Status
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import HttpBearer
+
+from approvals import selectors as approval_selectors
+from approvals.models import ApprovalDecision, ApprovalRequest, Question
+from approvals.questions import MASK, QuestionRefused, question_answer
+from approvals.services import ApprovalRefused, approval_decide, approval_refusal
+from pandaweb.api import problems, ratelimit
+from pandaweb.api.jsonschema import parameters_schema
+from pandaweb.api.problems import Problem
+from pandaweb.api.schemas import (
+    AnswerIn,
+    ApprovalOut,
+    ApprovalSummary,
+    ArtifactOut,
+    DecisionIn,
+    QuestionOut,
+    RunLaunchIn,
+    RunOut,
+    RunPage,
+    RunQuestionOut,
+    RunSummary,
+    StepOut,
+    VerifyOut,
+    WorkflowOut,
+    WorkflowVersionOut,
+)
+from pandaweb.api.scopes import Scope
+from pandaweb.api.services import TokenContext, token_authenticate
+from pandaweb.audit import selectors as audit_selectors
+from pandaweb.audit.bundles import run_bundle_to_file
+from pandaweb.audit.export import ExportError
+from pandaweb.audit.exports import AuditExportError, audit_export_to_file
+from pandaweb.audit.models import AuditEvent
+from pandaweb.audit.services import audit_verify_database
+from pandaweb.core.security import with_docs_policy
+from sessions import selectors as run_selectors
+from sessions.models import Artifact, Run, StepResult
+from sessions.services import (
+    RunError,
+    TransitionRefused,
+    coerce_inputs,
+    parse_priority,
+    queue_position,
+    run_cancel,
+    run_launch,
+)
+from workflows import selectors as workflow_selectors
+from workflows.fileformat import dump_document
+from workflows.models import Workflow, WorkflowVersion
+from workflows.schema import WorkflowDocument
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+MAX_PAGE = 200
+
+
+class TokenAuth(HttpBearer):
+    """``Authorization: Bearer pw_…``; then the token's rate limit."""
+
+    openapi_description = "A pandaweb API token (pw_…), made on your profile's token page."
+
+    def authenticate(self, request: HttpRequest, token: str) -> TokenContext | None:
+        context = token_authenticate(token)
+        if context is None:
+            return None
+        verdict = ratelimit.check(
+            ratelimit.default_counter(),
+            f"token:{context.token_id}",
+            limit=settings.API_RATE_LIMIT_PER_MINUTE,
+        )
+        if not verdict.allowed:
+            raise Problem(
+                429,
+                f"this token may make {verdict.limit} requests a minute; "
+                f"try again in {verdict.retry_after} s",
+                headers={"Retry-After": str(verdict.retry_after)},
+            )
+        # Audit events written while this request is handled name the token (audit_record).
+        request.api_token = context  # type: ignore[attr-defined]
+        return context
+
+
+api = NinjaAPI(
+    title="pandaweb API",
+    version="1",
+    description=(
+        "Launch and follow runs, answer the questions runs ask, decide approvals and export the "
+        "audit trail. Every request carries a token: `Authorization: Bearer pw_…`, with the scope "
+        "each operation names. Errors are RFC 9457 problem documents."
+    ),
+    auth=TokenAuth(),
+    urls_namespace="api",
+    docs_url="/docs",
+    docs_decorator=with_docs_policy,
+    openapi_url="/openapi.json",
+)
+
+
+# Problems ----------------------------------------------------------------------------------------
+
+
+@api.exception_handler(Problem)
+def _problem(request: HttpRequest, exc: Problem) -> HttpResponse:
+    return problems.render(request, exc)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return problems.render(
+        request,
+        Problem(
+            401,
+            "a valid API token is needed: Authorization: Bearer pw_…",
+            headers={"WWW-Authenticate": 'Bearer realm="pandaweb"'},
+        ),
+    )
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    return problems.render(
+        request,
+        Problem(422, "the request is not valid", errors=problems.from_validation(exc.errors)),
+    )
+
+
+@api.exception_handler(Http404)
+def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return problems.render(request, Problem(404, "no such object, or not yours to see"))
+
+
+@api.exception_handler(PermissionDenied)
+def _forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    return problems.render(request, Problem(403, str(exc) or "not allowed"))
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return problems.render(request, Problem(exc.status_code, str(exc)))
+
+
+def _auth(request: HttpRequest, scope: Scope) -> TokenContext:
+    """The token, refused with 403 unless it has ``scope`` *and* its owner's role allows it."""
+    context: TokenContext = request.auth  # type: ignore[attr-defined]
+    if not context.allows(scope):
+        if scope in context.scopes:
+            raise Problem(
+                403,
+                f"the token's owner's role no longer allows '{scope.value}'",
+                type="scope-beyond-role",
+            )
+        raise Problem(403, f"this token lacks the scope '{scope.value}'", type="missing-scope")
+    return context
+
+
+def _url(name: str, **kwargs: Any) -> str:
+    return reverse(f"api:{name}", kwargs=kwargs)
+
+
+def _serve(path: Path, *, filename: str, delete: bool = False) -> FileResponse:
+    content_type = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+    handle = path.open("rb")
+    if delete:
+        # The file is ours (a fresh export): gone from disk once opened, read to the end anyway.
+        path.unlink(missing_ok=True)
+    response = FileResponse(
+        handle, content_type=content_type, as_attachment=True, filename=filename
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    return response
+
+
+# Workflows ---------------------------------------------------------------------------------------
+
+workflows = Router(tags=["workflows"])
+
+
+def _workflow_out(workflow: Workflow) -> WorkflowOut:
+    latest = getattr(workflow, "latest_number", None)
+    return WorkflowOut(
+        slug=workflow.slug,
+        name=workflow.name,
+        description=workflow.description,
+        latest_version=latest,
+        archived=workflow.archived,
+        links={"latest": _url("workflow_version", slug=workflow.slug, number=latest)}
+        if latest
+        else {},
+    )
+
+
+@workflows.get("/", response=list[WorkflowOut], url_name="workflow_list")
+def workflow_list(request: HttpRequest, archived: bool = False) -> list[WorkflowOut]:
+    """Workflows, by name (every role that sees workflows sees every one)."""
+    _auth(request, Scope.WORKFLOWS_READ)
+    listed = workflow_selectors.workflow_list(archived=archived).filter(  # type: ignore[misc]
+        published_count__gt=0
+    )
+    return [_workflow_out(w) for w in listed]
+
+
+def _published(slug: str, number: int) -> WorkflowVersion:
+    return workflow_selectors.version_get(workflow_selectors.workflow_get(slug), number)
+
+
+@workflows.get(
+    "/{slug}/versions/{int:number}", response=WorkflowVersionOut, url_name="workflow_version"
+)
+def workflow_version(request: HttpRequest, slug: str, number: int) -> WorkflowVersionOut:
+    """One published version with its parameters and their JSON Schema (what ``inputs`` takes)."""
+    _auth(request, Scope.WORKFLOWS_READ)
+    version = _published(slug, number)
+    document = version.document or {}
+    parameters = list(document.get("parameters", []))
+    return WorkflowVersionOut(
+        workflow=slug,
+        number=number,
+        published_at=version.published_at,
+        content_hash=version.content_hash,
+        message=version.message,
+        parameters=parameters,
+        inputs_schema=parameters_schema(parameters),
+        steps=len(document.get("steps", [])),
+        links={"yaml": _url("workflow_version_yaml", slug=slug, number=number)},
+    )
+
+
+@workflows.get("/{slug}/versions/{int:number}/yaml", url_name="workflow_version_yaml")
+def workflow_version_yaml(request: HttpRequest, slug: str, number: int) -> HttpResponse:
+    """The version as a workflow file, the same as the dashboard's export."""
+    _auth(request, Scope.WORKFLOWS_READ)
+    version = _published(slug, number)
+    text = dump_document(WorkflowDocument.model_validate(version.document), "yaml")
+    response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{slug}-v{number}.yaml"'
+    return response
+
+
+# Runs --------------------------------------------------------------------------------------------
+
+runs = Router(tags=["runs"])
+
+
+def _run_links(run: Run) -> dict[str, str]:
+    return {
+        "self": _url("run_get", run_id=run.pk),
+        "bundle": _url("run_bundle", run_id=run.pk),
+        "page": reverse("runs:detail", kwargs={"run_id": run.pk}),
+    }
+
+
+def _summary(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.pk,
+        "workflow": run.workflow.slug,
+        "version": run.version.number,
+        "status": run.status,
+        "launched_by": run.launched_by.get_username(),
+        "created_at": run.created_at,
+        "finished_at": run.finished_at,
+        "inputs": run.inputs,
+        "outputs": run.outputs,
+        "links": _run_links(run),
+    }
+
+
+def _approval_summary(approval: ApprovalRequest) -> ApprovalSummary:
+    return ApprovalSummary(
+        id=approval.pk,
+        status=approval.status,
+        step_id=approval.step_id,
+        action=approval.action,
+        created_at=approval.created_at,
+        expires_at=approval.expires_at,
+        evidence_sha256=approval.evidence_sha256,
+        approvals=approval.approvals_count,
+        quorum=approval.quorum,
+        links={
+            "self": _url("approval_get", approval_id=approval.pk),
+            "decide": _url("approval_decide", approval_id=approval.pk),
+        },
+    )
+
+
+def _question_fields(question: Question) -> dict[str, Any]:
+    answer: str | None = None
+    if question.status == Question.Status.ANSWERED or question.answered_at is not None:
+        answer = MASK if question.kind == Question.Kind.CODE else question.answer
+    return {
+        "id": question.pk,
+        "status": question.status,
+        "step_id": question.step_id,
+        "question": question.text,
+        "kind": question.kind,
+        "options": list(question.options),
+        "answered_by": question.answered_by,
+        "created_at": question.created_at,
+        "expires_at": question.expires_at,
+        "answerer": question.answerer.get_username() if question.answerer else None,
+        "answered_at": question.answered_at,
+        "answer": answer,
+        "links": {
+            "answer": _url("question_answer", run_id=question.run_id, question_id=question.pk)
+        },
+    }
+
+
+def _question_out(question: Question) -> QuestionOut:
+    return QuestionOut(**_question_fields(question))
+
+
+def _run_question_out(question: Question) -> RunQuestionOut:
+    """``question`` with its run, workflow and launcher selected."""
+    run = question.run
+    return RunQuestionOut(
+        **_question_fields(question),
+        run=run.pk,
+        workflow=run.workflow.slug,
+        run_status=run.status,
+        launched_by=run.launched_by.get_username(),
+    )
+
+
+def _file_url(run_id: int, path: str) -> str | None:
+    return _url("run_file", run_id=run_id, path=path) if path else None
+
+
+def _run_out(run: Run) -> RunOut:
+    """The run with its steps, approvals, questions and artifacts: six queries whatever the
+    run's size (run, steps, approvals, their decisions, questions with answerers, artifacts)."""
+    steps = (
+        StepResult.objects.filter(run=run)
+        .only(
+            "index",
+            "step_id",
+            "step_type",
+            "sentence",
+            "status",
+            "started_at",
+            "duration_ms",
+            "url",
+            "error",
+            "screenshot",
+        )
+        .order_by("index")
+    )
+    approvals = (
+        ApprovalRequest.objects.filter(run=run)
+        .order_by("created_at", "pk")
+        .defer("evidence")
+        .prefetch_related(
+            Prefetch("decisions", queryset=ApprovalDecision.objects.only("verdict", "request_id"))
+        )
+    )
+    questions = Question.objects.filter(run=run).select_related("answerer").order_by("pk")
+    artifacts = Artifact.objects.filter(run=run).order_by("step_index", "pk")
+    return RunOut(
+        **_summary(run),
+        priority=run.get_priority_display().lower(),
+        queued_ahead=queue_position(run),
+        started_at=run.started_at,
+        failure_reason=run.failure_reason,
+        failure_step=run.failure_step,
+        steps_executed=run.steps_executed,
+        idempotency_key=run.idempotency_key,
+        steps=[
+            StepOut(
+                index=s.index,
+                step_id=s.step_id,
+                type=s.step_type,
+                sentence=s.sentence,
+                status=s.status,
+                started_at=s.started_at,
+                duration_ms=s.duration_ms,
+                url=s.url,
+                error=s.error,
+                screenshot=_file_url(run.pk, s.screenshot),
+            )
+            for s in steps
+        ],
+        approvals=[_approval_summary(a) for a in approvals],
+        questions=[_question_out(q) for q in questions],
+        artifacts=[
+            ArtifactOut(
+                id=a.pk,
+                name=a.name,
+                filename=a.filename,
+                sha256=a.sha256,
+                size=a.size,
+                step_index=a.step_index,
+                download=_url("run_artifact", run_id=run.pk, artifact_id=a.pk),
+            )
+            for a in artifacts
+        ],
+    )
+
+
+def _same_body(run: Run, payload: RunLaunchIn) -> bool:
+    if run.workflow.slug != payload.workflow:
+        return False
+    try:
+        return coerce_inputs(run.version, payload.inputs) == run.inputs
+    except RunError:
+        return False
+
+
+def _replayed(run: Run, payload: RunLaunchIn, key: str) -> RunOut:
+    if not _same_body(run, payload):
+        raise Problem(
+            409,
+            f"the Idempotency-Key {key!r} was used for a different request (run {run.pk})",
+            type="idempotency-key-reused",
+        )
+    return _run_out(run)
+
+
+@runs.post("/", response={200: RunOut, 201: RunOut}, url_name="run_launch", summary="Launch a run")
+def launch(
+    request: HttpRequest,
+    payload: RunLaunchIn,
+    idempotency_key: str = Header(
+        "",
+        alias="Idempotency-Key",
+        max_length=100,
+        description="Retry safely: the same key and body return the same run (200); the same key "
+        "with another body is a 409.",
+    ),
+) -> Status[RunOut]:
+    """Queue a run of the workflow's latest published version with typed, validated inputs (the
+    same service as the launch form). 201 with the new run; 200 with the earlier run of the same
+    Idempotency-Key and body."""
+    context = _auth(request, Scope.RUNS_LAUNCH)
+    user = context.user
+    key = idempotency_key.strip()
+    workflow = Workflow.objects.filter(slug=payload.workflow).only("pk").first()
+    if key:
+        earlier = (
+            Run.objects.select_related("workflow", "version", "launched_by")
+            .filter(launched_by=user, idempotency_key=key)
+            .first()
+        )
+        if earlier is not None:
+            return Status(200, _replayed(earlier, payload, key))
+    if workflow is None:
+        raise Problem(
+            422,
+            "the request is not valid",
+            errors=[
+                {"field": "workflow", "message": f"no workflow has the slug {payload.workflow!r}"}
+            ],
+        )
+    try:
+        priority = parse_priority(payload.priority)
+    except RunError as exc:
+        raise Problem(
+            422, "the request is not valid", errors=problems.field_errors(exc.field_errors)
+        ) from None
+    try:
+        run = run_launch(
+            workflow_id=workflow.pk,
+            user=user,
+            raw_inputs=payload.inputs,
+            idempotency_key=key,
+            priority=priority,
+        )
+    except RunError as exc:
+        if exc.field_errors:
+            raise Problem(
+                422,
+                "the inputs are not valid",
+                errors=problems.field_errors(exc.field_errors, under="inputs"),
+            ) from None
+        raise Problem(409, str(exc)) from None
+    run = run_selectors.run_get(run.pk)
+    if key and not _launched_here(request, run):
+        # Lost a race with a concurrent request of the same key: that one made the run.
+        return Status(200, _replayed(run, payload, key))
+    return Status(201, _run_out(run))
+
+
+def _launched_here(request: HttpRequest, run: Run) -> bool:
+    """Whether this request made ``run``: its launch event carries this request's id."""
+    request_id = getattr(request, "request_id", "")
+    return (
+        bool(request_id)
+        and AuditEvent.objects.filter(
+            action="run.launched", run_id=run.pk, request_id=request_id
+        ).exists()
+    )
+
+
+def _cursor(before_id: int) -> str:
+    return base64.urlsafe_b64encode(f"r{before_id}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        if not text.startswith("r"):
+            raise ValueError(text)
+        return int(text[1:])
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise Problem(
+            422, "the request is not valid", errors=[{"field": "cursor", "message": "not a cursor"}]
+        ) from None
+
+
+def _pairs(values: list[str], field: str) -> tuple[tuple[str, Any], ...]:
+    pairs = []
+    for text in values:
+        name, sep, value = text.partition("=")
+        if not sep or not _NAME.match(name):
+            raise Problem(
+                422,
+                "the request is not valid",
+                errors=[{"field": field, "message": f"{text!r} is not name=value"}],
+            )
+        pairs.append((name, {"true": True, "false": False}.get(value, value)))
+    return tuple(pairs)
+
+
+@runs.get("/", response=RunPage, url_name="run_list")
+def run_list(
+    request: HttpRequest,
+    workflow: str = "",
+    status: list[Run.Status] = Query([]),  # noqa: B008 (ninja's way of declaring a list param)
+    launched_by: str = "",
+    created_from: datetime | None = None,
+    created_to: datetime | None = None,
+    input: list[str] = Query([], description="name=value, exact; repeatable"),  # noqa: B008
+    output: list[str] = Query([], description="name=value, exact; repeatable"),  # noqa: B008
+    limit: int = Query(50, ge=1, le=MAX_PAGE),
+    cursor: str = "",
+) -> RunPage:
+    """Runs, newest first, one page at a time: follow ``next_cursor`` (keyset pagination, stable
+    while runs are being launched)."""
+    _auth(request, Scope.RUNS_READ)
+    filters = run_selectors.RunFilters(
+        workflow=workflow,
+        statuses=tuple(str(s) for s in status),
+        launched_by=launched_by,
+        created_from=created_from,
+        created_to=created_to,
+        inputs=_pairs(input, "input"),
+        outputs=_pairs(output, "output"),
+    )
+    found = run_selectors.run_keyset(
+        filters, before_id=_decode_cursor(cursor) if cursor else None, limit=limit + 1
+    )
+    page = found[:limit]
+    return RunPage(
+        items=[RunSummary(**_summary(r)) for r in page],
+        next_cursor=_cursor(page[-1].pk) if len(found) > limit else None,
+    )
+
+
+@runs.get("/{int:run_id}", response=RunOut, url_name="run_get")
+def run_get(request: HttpRequest, run_id: int) -> RunOut:
+    """Status, steps, outputs, failure reason, approvals and links to screenshots and files."""
+    _auth(request, Scope.RUNS_READ)
+    return _run_out(run_selectors.run_get(run_id))
+
+
+@runs.post("/{int:run_id}/cancel", response=RunOut, url_name="run_cancel")
+def cancel(request: HttpRequest, run_id: int) -> RunOut:
+    """Stop the run (idempotent: a finished run is returned as it is)."""
+    context = _auth(request, Scope.RUNS_LAUNCH)
+    run_selectors.run_get(run_id)
+    try:
+        run_cancel(run_id=run_id, user=context.user)
+    except TransitionRefused as exc:
+        raise Problem(409, str(exc)) from None
+    return _run_out(run_selectors.run_get(run_id))
+
+
+@runs.post(
+    "/{int:run_id}/questions/{int:question_id}/answer",
+    response=RunQuestionOut,
+    url_name="question_answer",
+)
+def answer(
+    request: HttpRequest, run_id: int, question_id: int, payload: AnswerIn
+) -> RunQuestionOut:
+    """Answer the run's question (an ``ask`` step): the run goes on. Only the person the step
+    names (the launcher, or a member of its group) may answer, once, before it expires. The
+    answered question comes back with its run's status (the run itself needs ``runs:read``).
+
+    Scope: ``questions:answer`` (``runs:launch`` does not answer)."""
+    context = _auth(request, Scope.QUESTIONS_ANSWER)
+    if not Question.objects.filter(pk=question_id, run_id=run_id).exists():
+        raise Http404("no such question")
+    try:
+        question_answer(question_id=question_id, user=context.user, answer=payload.answer)
+    except QuestionRefused as exc:
+        if exc.field_errors:
+            raise Problem(422, str(exc), errors=problems.field_errors(exc.field_errors)) from None
+        raise Problem(409, str(exc), type="answer-refused") from None
+    question = Question.objects.select_related("run__workflow", "run__launched_by", "answerer").get(
+        pk=question_id
+    )
+    return _run_question_out(question)
+
+
+@runs.get("/{int:run_id}/files/{path:path}", url_name="run_file")
+def run_file(request: HttpRequest, run_id: int, path: str) -> FileResponse:
+    """A screenshot or other file of the run (links come with the run)."""
+    _auth(request, Scope.RUNS_READ)
+    run = run_selectors.run_get(run_id)
+    root = (Path(settings.RUN_FILES_DIR) / str(run.pk)).resolve()
+    target = (root / path).resolve()
+    if not target.is_relative_to(root) or not target.is_file():
+        raise Http404("no such file")
+    return _serve(target, filename=target.name)
+
+
+@runs.get("/{int:run_id}/artifacts/{int:artifact_id}", url_name="run_artifact")
+def run_artifact(request: HttpRequest, run_id: int, artifact_id: int) -> FileResponse:
+    """A file the run downloaded from the portal, under its own name."""
+    _auth(request, Scope.RUNS_READ)
+    artifact = Artifact.objects.filter(run_id=run_id, pk=artifact_id).first()
+    if artifact is None:
+        raise Http404("no such artifact")
+    root = (Path(settings.RUN_FILES_DIR) / str(run_id)).resolve()
+    target = (root / artifact.path).resolve()
+    if not target.is_relative_to(root) or not target.is_file():
+        raise Http404("no such artifact")
+    return _serve(target, filename=artifact.filename)
+
+
+@runs.get("/{int:run_id}/bundle", url_name="run_bundle")
+def run_bundle(request: HttpRequest, run_id: int) -> FileResponse:
+    """The run's evidence bundle (zip), the same as the audit page's; each download is audited."""
+    context = _auth(request, Scope.AUDIT_READ)
+    run_selectors.run_get(run_id)
+    path = run_bundle_to_file(run_id=run_id, user=context.user)
+    return _serve(path, filename=f"pandaweb-run-{run_id}-evidence.zip", delete=True)
+
+
+# Questions ---------------------------------------------------------------------------------------
+
+questions = Router(tags=["questions"])
+
+
+@questions.get("/", response=list[RunQuestionOut], url_name="question_list")
+def question_list(request: HttpRequest) -> list[RunQuestionOut]:
+    """The questions waiting for the token's owner (of runs they launched, or asked of a group
+    they are in), soonest to expire first.
+
+    Scope: ``questions:answer``."""
+    context = _auth(request, Scope.QUESTIONS_ANSWER)
+    return [
+        _run_question_out(q) for q in approval_selectors.questions_for(context.user, limit=MAX_PAGE)
+    ]
+
+
+# Approvals ---------------------------------------------------------------------------------------
+
+approvals = Router(tags=["approvals"])
+
+
+def _approval_out(approval: ApprovalRequest) -> ApprovalOut:
+    decisions = list(approval_selectors.approval_decisions(approval))
+    return ApprovalOut(
+        **_approval_summary(approval).model_dump(),
+        run=approval.run_id,
+        workflow=approval.run.workflow.slug,
+        launched_by=approval.run.launched_by.get_username(),
+        reason=approval.reason,
+        decided_at=approval.decided_at,
+        evidence=approval.evidence,
+        decisions=[
+            {
+                "reviewer": d.reviewer.get_username(),
+                "verdict": d.verdict,
+                "reason": d.reason,
+                "evidence_sha256": d.evidence_sha256,
+                "at": d.created_at.isoformat(),
+            }
+            for d in decisions
+        ],
+        screenshot=_file_url(approval.run_id, approval.outlined or approval.screenshot),
+    )
+
+
+@approvals.get("/", response=list[ApprovalSummary], url_name="approval_list")
+def approval_list(request: HttpRequest) -> list[ApprovalSummary]:
+    """Pending requests the token's owner may decide (not their own runs; their reviewer group),
+    oldest first."""
+    context = _auth(request, Scope.APPROVALS_READ)
+    pending = approval_selectors.approval_decidable_by(context.user).prefetch_related("decisions")
+    return [_approval_summary(a) for a in pending[:MAX_PAGE]]
+
+
+@approvals.get("/{int:approval_id}", response=ApprovalOut, url_name="approval_get")
+def approval_get(request: HttpRequest, approval_id: int) -> ApprovalOut:
+    """The request with its frozen evidence and ``evidence_sha256``: quote that hash to decide."""
+    _auth(request, Scope.APPROVALS_READ)
+    return _approval_out(approval_selectors.approval_get(approval_id))
+
+
+@approvals.post("/{int:approval_id}/decision", response=ApprovalOut, url_name="approval_decide")
+def decide(request: HttpRequest, approval_id: int, payload: DecisionIn) -> ApprovalOut:
+    """Approve or reject, quoting the evidence hash you saw. The page's policy applies:
+    separation of duties, reviewer group, quorum, expiry."""
+    context = _auth(request, Scope.APPROVALS_DECIDE)
+    user: User = context.user
+    approval = approval_selectors.approval_get(approval_id)
+    refusal = approval_refusal(user, approval)
+    if refusal:
+        raise Problem(403, refusal, type="decision-refused")
+    if approval.status == ApprovalRequest.Status.PENDING and (
+        payload.evidence_sha256 != approval.evidence_sha256
+    ):
+        raise Problem(
+            409,
+            "the evidence changed since you read it: get the request again and look",
+            type="evidence-mismatch",
+            evidence_sha256=approval.evidence_sha256,
+        )
+    try:
+        approval_decide(
+            approval_id=approval_id,
+            user=user,
+            approve=payload.verdict == "approve",
+            reason=payload.reason,
+            evidence_sha256=payload.evidence_sha256,
+        )
+    except ApprovalRefused as exc:
+        if exc.field_errors:
+            raise Problem(422, str(exc), errors=problems.field_errors(exc.field_errors)) from None
+        raise Problem(409, str(exc), type="decision-refused") from None
+    return _approval_out(approval_selectors.approval_get(approval_id))
+
+
+# Audit -------------------------------------------------------------------------------------------
+
+audit = Router(tags=["audit"])
+
+
+@audit.get("/export", url_name="audit_export")
+def audit_export(
+    request: HttpRequest,
+    date_from: date | None = None,
+    date_to: date | None = None,
+    actor: str = "",
+    action: str = "",
+    workflow: str = "",
+    run_id: int | None = None,
+) -> FileResponse:
+    """A signed export (zip) of the events the filters select; dates are whole days."""
+    context = _auth(request, Scope.AUDIT_READ)
+    filters = audit_selectors.EventFilters(
+        date_from=date_from,
+        date_to=date_to,
+        actor=actor,
+        action=action,
+        workflow=workflow,
+        run_id=run_id,
+    )
+    try:
+        path = audit_export_to_file(user=context.user, filters=filters)
+    except AuditExportError as exc:
+        raise Problem(422, str(exc), errors=[{"field": "workflow", "message": str(exc)}]) from None
+    except ExportError as exc:
+        raise Problem(409, f"the trail does not verify: {exc}", type="chain-broken") from None
+    return _serve(path, filename="pandaweb-audit-export.zip", delete=True)
+
+
+@audit.get("/verify", response=VerifyOut, url_name="audit_verify")
+def audit_verify(request: HttpRequest) -> VerifyOut:
+    """Verify the whole hash chain in the database."""
+    _auth(request, Scope.AUDIT_READ)
+    result = audit_verify_database()
+    return VerifyOut(
+        ok=result.ok,
+        count=result.count,
+        last_sequence=result.last_sequence,
+        last_hash=result.last_hash,
+        problem=result.reason or None,
+    )
+
+
+api.add_router("/workflows", workflows)
+api.add_router("/runs", runs)
+api.add_router("/questions", questions)
+api.add_router("/approvals", approvals)
+api.add_router("/audit", audit)
+
+
+def run_document(run_id: int) -> dict[str, Any]:
+    """The run as ``GET /api/v1/runs/{id}`` answers it, for other adapters (the CLI)."""
+    return _run_out(run_selectors.run_get(run_id)).model_dump(mode="json")

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class ServiceAccount(models.Model):
+    """Marks a user as a machine (an ERP, a ticket system) rather than a person.
+
+    The user has no usable password and cannot sign in to the dashboard; its role groups bound
+    what its tokens may do, exactly as for a person.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="service_account"
+    )
+    description = models.CharField(max_length=500, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["user__username"]
+
+    def __str__(self) -> str:
+        return f"service account {self.user.get_username()}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for the HTTP API (and the MCP server). Only the SHA-256 of the secret is
+    stored: the secret is shown once, when the token is made."""
+
+    class Kind(models.TextChoices):
+        PERSONAL = "personal", "Personal"
+        SERVICE = "service", "Service"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="api_tokens"
+    )
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    name = models.CharField(max_length=100)
+    # The first characters of the secret ("pw_AbCd1234"): enough to recognise it in a list or a
+    # leaked log line, far too few to use.
+    prefix = models.CharField(max_length=16)
+    secret_sha256 = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", null=True, blank=True
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "name"],
+                condition=Q(revoked_at__isnull=True),
+                name="api_token_name_unique_per_user",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None

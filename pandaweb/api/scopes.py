@@ -1,0 +1,56 @@
+"""What a token may be allowed to do, and the capability of its owner that each scope needs
+(no Django imports).
+
+A scope never grants more than the owner's role: ``runs:launch`` on the token of a reviewer, who
+cannot launch, grants nothing. The token is the narrower of the two, checked on every request, so a
+role taken away from the owner takes the power away from their tokens at once.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pandaweb.core.roles import Capability
+
+
+class Scope(StrEnum):
+    WORKFLOWS_READ = "workflows:read"
+    RUNS_READ = "runs:read"
+    RUNS_LAUNCH = "runs:launch"
+    APPROVALS_READ = "approvals:read"
+    APPROVALS_DECIDE = "approvals:decide"
+    AUDIT_READ = "audit:read"
+    # Answer the ``ask`` steps the owner is asked (the question's own rule says who: its launcher
+    # or a member of its group), and list them. Not implied by ``runs:launch``: a token that
+    # launches need not answer, and one that answers (an SMS gateway forwarding codes) need not
+    # launch or read runs.
+    QUESTIONS_ANSWER = "questions:answer"
+    # MCP (docs/mcp.md): list and call the workflows offered as tools, follow and cancel the
+    # token's own runs. Never decides an approval, whatever else the token holds.
+    TOOLS_CALL = "tools:call"
+
+
+SCOPE_CAPABILITY: dict[Scope, Capability] = {
+    Scope.WORKFLOWS_READ: Capability.VIEW_WORKFLOWS,
+    Scope.RUNS_READ: Capability.VIEW_RUNS,
+    Scope.RUNS_LAUNCH: Capability.LAUNCH_RUNS,
+    Scope.APPROVALS_READ: Capability.VIEW_APPROVALS,
+    Scope.APPROVALS_DECIDE: Capability.DECIDE_APPROVALS,
+    # Signed exports, chain verification and run evidence bundles: what Compliance does.
+    Scope.AUDIT_READ: Capability.EXPORT_AUDIT,
+    # What answering on the run page needs: whoever may watch runs and is the one asked.
+    Scope.QUESTIONS_ANSWER: Capability.VIEW_RUNS,
+    Scope.TOOLS_CALL: Capability.LAUNCH_RUNS,
+}
+
+SCOPE_LABELS: dict[Scope, str] = {
+    Scope.WORKFLOWS_READ: "Read workflows and their parameter schemas",
+    Scope.RUNS_READ: "Read runs, their steps, outputs and files",
+    Scope.RUNS_LAUNCH: "Launch and cancel runs",
+    Scope.APPROVALS_READ: "Read approval requests and their evidence",
+    Scope.APPROVALS_DECIDE: "Approve or reject irreversible steps",
+    Scope.AUDIT_READ: "Export and verify the audit trail, download evidence bundles",
+    Scope.QUESTIONS_ANSWER: "Answer the questions runs ask you (ask steps), list them",
+    Scope.TOOLS_CALL: "AI agents (MCP): call the workflows offered as tools, follow and cancel "
+    "the token's own runs (never decides approvals)",
+}

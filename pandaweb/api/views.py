@@ -1,0 +1,132 @@
+"""The dashboard's token pages: a person's own tokens; service accounts and their tokens
+(admins)."""
+
+from __future__ import annotations
+
+from datetime import datetime, time
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
+
+from pandaweb.api import services
+from pandaweb.api.models import ApiToken, ServiceAccount
+from pandaweb.api.scopes import SCOPE_LABELS, Scope
+from pandaweb.core.http import AuthenticatedRequest
+from pandaweb.core.roles import Role
+
+
+def _is_admin(user: User) -> bool:
+    return user.is_superuser or user.groups.filter(name=Role.ADMINS.value).exists()
+
+
+def _expiry(text: str) -> datetime | None:
+    """A date from the form: the token expires at the end of that day (site time zone)."""
+    if not text:
+        return None
+    day = datetime.fromisoformat(text).date()
+    return timezone.make_aware(datetime.combine(day, time.max))
+
+
+def _scope_choices(owner: User) -> list[dict[str, Any]]:
+    allowed = services.effective_scopes(owner, [s.value for s in Scope])
+    return [{"value": s.value, "label": SCOPE_LABELS[s], "allowed": s in allowed} for s in Scope]
+
+
+def _create(request: AuthenticatedRequest, owner: User) -> tuple[str, dict[str, list[str]]]:
+    try:
+        expires_at = _expiry(request.POST.get("expires", ""))
+    except ValueError:
+        return "", {"expires_at": ["Give a date like 2027-01-31."]}
+    try:
+        token, raw = services.token_create(
+            actor=request.user,
+            owner=owner,
+            name=request.POST.get("name", ""),
+            scopes=request.POST.getlist("scopes"),
+            expires_at=expires_at,
+        )
+    except services.TokenError as exc:
+        return "", exc.field_errors
+    messages.success(request, f"Token “{token.name}” made. Copy it now: it is not shown again.")
+    return raw, {}
+
+
+@require_http_methods(["GET", "POST"])
+def token_index(request: AuthenticatedRequest) -> HttpResponse:
+    """Your personal tokens; a new one's secret is shown once, on the answer to its POST."""
+    raw: str = ""
+    errors: dict[str, list[str]] = {}
+    if request.method == "POST":
+        raw, errors = _create(request, request.user)
+    context = {
+        "owner": request.user,
+        "tokens": ApiToken.objects.filter(user=request.user).order_by("-created_at"),
+        "scopes": _scope_choices(request.user),
+        "new_secret": raw,
+        "errors": errors,
+        "form": request.POST if errors else {},
+        "now": timezone.now(),
+    }
+    return render(request, "api/tokens.html", context, status=422 if errors else 200)
+
+
+@require_POST
+def token_revoke(request: AuthenticatedRequest, token_id: int) -> HttpResponse:
+    token = ApiToken.objects.filter(pk=token_id).first()
+    if token is None or (token.user_id != request.user.pk and not _is_admin(request.user)):
+        raise Http404("no such token")
+    services.token_revoke(token_id=token.pk, actor=request.user)
+    messages.success(request, f"Token “{token.name}” revoked.")
+    if token.kind == ApiToken.Kind.SERVICE:
+        return redirect("account:service_accounts")
+    return redirect("account:tokens")
+
+
+@require_http_methods(["GET", "POST"])
+def service_account_index(request: AuthenticatedRequest) -> HttpResponse:
+    """Admins: service accounts (users for other systems) and their tokens."""
+    if not _is_admin(request.user):
+        raise PermissionDenied("service accounts are managed by admins")
+    raw: str = ""
+    errors: dict[str, list[str]] = {}
+    if request.method == "POST" and request.POST.get("form") == "account":
+        try:
+            services.service_account_create(
+                actor=request.user,
+                username=request.POST.get("username", ""),
+                roles=request.POST.getlist("roles"),
+                description=request.POST.get("description", ""),
+            )
+            messages.success(request, "Service account made; now give it a token.")
+            return redirect("account:service_accounts")
+        except services.TokenError as exc:
+            errors = exc.field_errors
+    elif request.method == "POST":
+        account = ServiceAccount.objects.filter(pk=request.POST.get("account") or 0).first()
+        if account is None:
+            raise Http404("no such service account")
+        raw, errors = _create(request, account.user)
+    accounts = ServiceAccount.objects.select_related("user").prefetch_related("user__groups")
+    context = {
+        "accounts": [
+            {
+                "account": a,
+                "roles": [g.name for g in a.user.groups.all()],
+                "scopes": _scope_choices(a.user),
+                "tokens": ApiToken.objects.filter(user=a.user).order_by("-created_at"),
+            }
+            for a in accounts
+        ],
+        "roles": [r.value for r in Role],
+        "new_secret": raw,
+        "errors": errors,
+        "form": request.POST if errors else {},
+        "now": timezone.now(),
+    }
+    return render(request, "api/service_accounts.html", context, status=422 if errors else 200)

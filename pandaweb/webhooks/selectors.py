@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+
+from pandaweb.webhooks.models import Message, Subscription
+
+
+def subscription_get(subscription_id: int) -> Subscription:
+    return get_object_or_404(
+        Subscription.objects.select_related("workflow", "created_by"), pk=subscription_id
+    )
+
+
+def subscriptions() -> QuerySet[Subscription]:
+    return Subscription.objects.select_related("workflow", "created_by")
+
+
+def message_get(message_id: int) -> Message:
+    return get_object_or_404(
+        Message.objects.select_related("subscription", "subscription__workflow"), pk=message_id
+    )
+
+
+def messages(*, subscription_id: int | None = None, status: str = "") -> QuerySet[Message]:
+    found = Message.objects.select_related("subscription")
+    if subscription_id:
+        found = found.filter(subscription_id=subscription_id)
+    if status in Message.Status.values:
+        found = found.filter(status=status)
+    return found.order_by("-created_at", "-pk")
