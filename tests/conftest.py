@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import threading
 from collections.abc import Iterator
 
@@ -126,3 +127,37 @@ def portal(portal_server: PortalServer) -> str:
 def audit_checkpoints_in_tmp(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Checkpoints written by exports land in a directory of the test's own."""
     settings.AUDIT_CHECKPOINT_DIR = tmp_path_factory.mktemp("audit-checkpoints")
+
+
+# Fixtures through which a test reaches the database, the channel layer or the run workers:
+# what DATABASE_URL and REDIS_URL change.
+SERVICE_FIXTURES = frozenset({"db", "transactional_db", "live_server", "django_db_setup"})
+
+
+def _depends_on_services(item: pytest.Item) -> bool:
+    if item.get_closest_marker("django_db") or item.get_closest_marker("e2e"):
+        return True
+    return bool(SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On the real-services pass, leave out what the embedded pass already proved.
+
+    ``.ci/run`` runs the suite twice: embedded, then with DATABASE_URL and REDIS_URL. A test that
+    reaches none of those services (the engine, the sandboxes, the demo portal, parsers) gives
+    the same answer both times, so the second pass runs only tests that do reach them.
+    """
+    if not os.environ.get("DATABASE_URL") or config.getoption("--all-passes"):
+        return
+    left_out = [item for item in items if not _depends_on_services(item)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if _depends_on_services(item)]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--all-passes",
+        action="store_true",
+        help="with DATABASE_URL set, also run the tests that reach no database or channel layer",
+    )
