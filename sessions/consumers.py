@@ -36,7 +36,7 @@ from sessions.events import (
 )
 from sessions.live import layer_send, receive_group_on_this_loop
 from sessions.models import Run
-from sessions.rendering import Viewer, message_for, queue_context
+from sessions.rendering import Viewer, messages_for, queue_context
 from sessions.selectors import run_events_after
 
 
@@ -79,9 +79,6 @@ class RunConsumer(AsyncWebsocketConsumer):
         return  # read-only stream
 
     async def run_events(self, event: RunEventsAvailable) -> None:
-        if not await _may_view_runs(self.scope.get("user")):
-            await self.close()
-            return
         await self._replay()
 
     async def _replay(self) -> None:
@@ -89,6 +86,9 @@ class RunConsumer(AsyncWebsocketConsumer):
         async with self._lock:
             while True:
                 messages = await self._messages_after(self.sent)
+                if messages is None:
+                    await self.close()
+                    return
                 if not messages:
                     return
                 for message in messages:
@@ -96,14 +96,18 @@ class RunConsumer(AsyncWebsocketConsumer):
                     self.sent = message["seq"]
 
     @database_sync_to_async
-    def _messages_after(self, seq: int) -> list[dict[str, Any]]:
+    def _messages_after(self, seq: int) -> list[dict[str, Any]] | None:
+        """The updates after ``seq``, or None once this person may no longer see runs: the
+        check and the read are one trip to daphne's database thread."""
         scope_user = self.scope.get("user")
         user_id = getattr(scope_user, "pk", None)
+        # A fresh copy: the scope's user caches permissions from the handshake.
         user = get_user_model().objects.filter(pk=user_id).first() if user_id else None
+        if user is None or not user_can(user, Capability.VIEW_RUNS):
+            return None
         # The fragments carry the buttons and links only for people who may use them.
-        viewer = Viewer.of(user)
-        events = run_events_after(self.run_id, seq)
-        return [message_for(event, viewer) for event in events]
+        events = list(run_events_after(self.run_id, seq))
+        return messages_for(self.run_id, events, Viewer.of(user))
 
     @database_sync_to_async
     def _exists(self) -> bool:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -103,32 +106,94 @@ def denial_html(event: RunEvent) -> str:
     return render_to_string("sessions/partials/_denial.html", {"event": event})
 
 
-def fragments_for(event: RunEvent, viewer: Viewer) -> list[Fragment]:
-    """What changes on the run page when ``event`` happens (idempotent by element id)."""
+# Everyone watching a run is told of an event at the same moment, and each viewer's consumer
+# renders its update on daphne's one database thread. What is the same for all of them (the
+# timeline entry, the side panel, the header for one kind of viewer) is rendered once and kept
+# for a moment: long enough for every viewer of that event, too short to show a stale run.
+SHARED_RENDER_SECONDS = 2.0
+_SHARED_RENDER_LIMIT = 1024
+_shared_renders: dict[Hashable, tuple[float, str]] = {}
+_shared_renders_lock = threading.Lock()
+
+
+def _shared(key: Hashable, render: Callable[[], str]) -> str:
+    now = time.monotonic()
+    with _shared_renders_lock:
+        kept = _shared_renders.get(key)
+        if kept is not None and now - kept[0] < SHARED_RENDER_SECONDS:
+            return kept[1]
+    html = render()
+    with _shared_renders_lock:
+        if len(_shared_renders) >= _SHARED_RENDER_LIMIT:
+            for old in [k for k, (at, _) in _shared_renders.items()
+                        if now - at >= SHARED_RENDER_SECONDS]:  # fmt: skip
+                del _shared_renders[old]
+            if len(_shared_renders) >= _SHARED_RENDER_LIMIT:
+                _shared_renders.clear()
+        _shared_renders[key] = (now, html)
+    return html
+
+
+def _header_kind(run: Run, viewer: Viewer) -> Hashable:
+    """What of ``viewer`` the header shows: viewers alike in it share one render."""
+    launcher = viewer.user_id is not None and viewer.user_id == run.launched_by_id
+    return (
+        viewer.can_cancel,
+        viewer.can_reconcile and not launcher,
+        viewer.can_audit,
+        viewer.can_see_approvals or launcher,
+        # Whether this person may answer the run's question is theirs alone.
+        viewer.user_id if run.status == Run.Status.AWAITING_ANSWER else None,
+    )
+
+
+def _identity(event: RunEvent) -> tuple[int, int, Any]:
+    # With its time: a database that rolled back a run may give its id and sequence to another.
+    return (event.run_id, event.seq, event.created_at)
+
+
+def _event_fragments(event: RunEvent) -> list[Fragment]:
+    if event.type == "step":
+        step_id = event.payload.get("step_result")
+
+        def render_step() -> str:
+            step = StepResult.objects.select_related("run").filter(pk=step_id).first()
+            return step_html(step) if step is not None else ""
+
+        html = _shared(("step", *_identity(event)), render_step)
+        return [{"target": "#timeline", "html": html}] if html else []
+    if event.type == "egress_denied":
+        html = _shared(("denial", *_identity(event)), lambda: denial_html(event))
+        return [{"target": "#denials", "html": html}]
+    return []
+
+
+def messages_for(run_id: int, events: Sequence[RunEvent], viewer: Viewer) -> list[dict[str, Any]]:
+    """The run page's updates for ``events``, in order (idempotent by element id).
+
+    The header and side panel show the run as it is now, not as it was at each event, so only
+    the last message carries them: a viewer catching up on fifty events gets them once.
+    """
+    if not events:
+        return []
     run = Run.objects.select_related(
         "workflow", "version", "launched_by", "session_template__requested_by"
-    ).get(pk=event.run_id)
-    fragments: list[Fragment] = [
+    ).get(pk=run_id)
+    fragments = [_event_fragments(event) for event in events]
+    last = _identity(events[-1])
+    current: list[Fragment] = [
         {
             "target": "#run-header",
-            "html": header_html(run, viewer),
+            "html": _shared(
+                ("header", *last, _header_kind(run, viewer)),
+                lambda: header_html(run, viewer),
+            ),
         },
-        {"target": "#run-side", "html": side_html(run)},
+        {"target": "#run-side", "html": _shared(("side", *last), lambda: side_html(run))},
     ]
-    if event.type == "step":
-        step = (
-            StepResult.objects.select_related("run")
-            .filter(pk=event.payload.get("step_result"))
-            .first()
-        )
-        if step is not None:
-            fragments.append({"target": "#timeline", "html": step_html(step)})
-    elif event.type == "egress_denied":
-        fragments.append({"target": "#denials", "html": denial_html(event)})
-    return fragments
-
-
-def message_for(event: RunEvent, viewer: Viewer) -> dict[str, Any]:
-    run_final = Run.objects.filter(pk=event.run_id, status__in=Run.FINAL).exists()
-    fragments = fragments_for(event, viewer)
-    return {"seq": event.seq, "fragments": fragments, "final": run_final}
+    fragments[-1] = current + fragments[-1]
+    final = run.status in Run.FINAL
+    return [
+        {"seq": event.seq, "fragments": its, "final": final}
+        for event, its in zip(events, fragments, strict=True)
+    ]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
@@ -88,3 +89,66 @@ async def test_run_sockets_refuse_strangers(operator: User, demo_workflow: Workf
     for path, cookie in attempts:
         connected, _ = await socket(path, cookie).connect(timeout=10)
         assert connected is False, path
+
+
+async def test_a_client_catching_up_gets_the_header_once_with_the_last_event(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    run = await launch_and_cancel(operator, demo_workflow)
+    late = socket(f"/ws/runs/{run.pk}/?after=0", await cookie_for(operator))
+    assert (await late.connect(timeout=10))[0]
+    first = json.loads(await late.receive_from(timeout=10))
+    second = json.loads(await late.receive_from(timeout=10))
+    await late.disconnect()
+
+    def targets(message: dict[str, Any]) -> list[str]:
+        return [f["target"] for f in message["fragments"]]
+
+    assert "#run-header" not in targets(first)
+    assert targets(second)[:2] == ["#run-header", "#run-side"]
+
+
+async def test_a_viewer_who_loses_the_right_to_see_runs_is_disconnected_at_the_next_event(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    reviewer = await database_sync_to_async(user_with_role)(Role.REVIEWERS)
+    run = await database_sync_to_async(services.run_launch)(
+        workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS
+    )
+    watching = socket(f"/ws/runs/{run.pk}/?after=0", await cookie_for(reviewer))
+    assert (await watching.connect(timeout=10))[0]
+    json.loads(await watching.receive_from(timeout=10))  # the launch
+
+    await database_sync_to_async(reviewer.groups.clear)()
+    await database_sync_to_async(services.run_cancel)(run_id=run.pk, user=operator)
+
+    assert (await watching.receive_output(timeout=10))["type"] == "websocket.close"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_viewers_alike_share_one_render_of_an_event_and_others_get_their_own(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from sessions.rendering import Viewer, messages_for
+    from sessions.selectors import run_events_after
+
+    run = launch_and_cancel.func(operator, demo_workflow)
+    events = run_events_after(run.pk, 0)
+    reviewers = [Viewer.of(user_with_role(Role.REVIEWERS)) for _ in range(2)]
+    launcher = Viewer.of(operator)
+
+    def render(viewer: Viewer) -> tuple[int, list[dict[str, object]]]:
+        with CaptureQueriesContext(connection) as queries:
+            messages = messages_for(run.pk, events, viewer)
+        return len(queries), messages
+
+    first_cost, first = render(reviewers[0])
+    alike_cost, alike = render(reviewers[1])
+    launcher_cost, _ = render(launcher)
+
+    assert alike == first
+    assert alike_cost == 1 < first_cost  # the run; the first reviewer rendered every fragment
+    assert launcher_cost > alike_cost  # the launcher's header is not a reviewer's
