@@ -136,6 +136,15 @@ def _notify(question: Question, *, reminder: bool = False) -> None:
         )
 
 
+def _tell_chat_it_closed(question: Question) -> None:
+    """Once the caller's transaction commits, the Slack messages about ``question`` say how it
+    ended, so nobody follows a link to a question already answered."""
+    from pandaweb.core.dispatch import dispatch, task_named
+
+    if settings.SLACK_BOT_TOKEN:
+        dispatch(task_named("approvals.slack_question_messages_update"), question_id=question.pk)
+
+
 # Answering ---------------------------------------------------------------------------------------
 
 
@@ -237,6 +246,7 @@ def question_answer(*, question_id: int, user: User, answer: str) -> Question:
             deadline_at=(run.deadline_at + waited) if run.deadline_at else None,
         )
         publish_pending_changed()
+        _tell_chat_it_closed(question)
         # Sent once this transaction commits (dispatch waits for it).
         dispatch_answer_continuation(
             run_id, question_id, host=str((run.sandbox or {}).get("host") or "")
@@ -365,6 +375,7 @@ def question_expire_due() -> list[int]:
             if run.status == Run.Status.AWAITING_ANSWER:
                 transition(run, Run.Status.FAILED, reason=reason, sandbox=None)
             publish_pending_changed()
+            _tell_chat_it_closed(question)
         if sandbox:
             destroy_sandbox(sandbox)
         expired.append(question_id)
@@ -390,3 +401,4 @@ def question_void_pending(*, run: Run, reason: str) -> None:
             run_id=run.pk,
         )
         publish_pending_changed()
+        _tell_chat_it_closed(question)

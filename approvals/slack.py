@@ -26,7 +26,12 @@ from slack_sdk import WebClient
 from slack_sdk.signature import SignatureVerifier
 
 from approvals.models import ApprovalDecision, ApprovalRequest, Question
-from pandaweb.reviewers.models import SlackCard, SlackDelivery, SlackIdentity
+from pandaweb.reviewers.models import (
+    SlackCard,
+    SlackDelivery,
+    SlackIdentity,
+    SlackQuestionMessage,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -272,7 +277,8 @@ def question_blocks(
     run = question.run
     link = question_link(question)
     expires = int(question.expires_at.timestamp())
-    lead = "Reminder, still waiting for an answer" if reminder else "A run asks"
+    pending = question.status == Question.Status.PENDING
+    lead = "Reminder, still waiting for an answer" if reminder and pending else "A run asks"
     title = f"{lead}: {run.workflow.name} (run #{run.pk})"
     if question.answered_by == ASK_LAUNCHER:
         who = f"{run.launched_by.get_username()}, who launched the run"
@@ -305,31 +311,78 @@ def question_blocks(
             "elements": [
                 {
                     "type": "mrkdwn",
-                    "text": f"Answer on the run page: <{link}|run #{run.pk}>"
-                    + (" · the code is typed there, never here" if question.kind == "code" else ""),
+                    "text": (
+                        f"Answer on the run page: <{link}|run #{run.pk}>"
+                        + (
+                            " · the code is typed there, never here"
+                            if question.kind == "code"
+                            else ""
+                        )
+                        if pending
+                        else f"The run page: <{link}|run #{run.pk}>"
+                    ),
                 }
             ],
         },
-        {
-            "type": "actions",
-            "block_id": "answer",
-            "elements": [_link_button("Answer in pandaweb", link, "open")],
-        },
     ]
+    if pending:
+        blocks.append(
+            {
+                "type": "actions",
+                "block_id": "answer",
+                "elements": [_link_button("Answer in pandaweb", link, "open")],
+            }
+        )
+    else:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _closed(question)}})
     return f"{title}: {question.text}", blocks
+
+
+def _closed(question: Question) -> str:
+    """How a question ended, without its answer: a code is never shown, and the rest belongs
+    to the run page."""
+    if question.status == Question.Status.ANSWERED:
+        who = question.answerer.get_username() if question.answerer else "someone"
+        at = question.answered_at or timezone.now()
+        return f":white_check_mark: *Answered* by {_escape(who)} at {at:%Y-%m-%d %H:%M} UTC."
+    if question.status == Question.Status.EXPIRED:
+        return ":hourglass: *Nobody answered* in time; the run failed."
+    return f":no_entry_sign: *Withdrawn*: {_escape(question.reason)}"
 
 
 def slack_question_post(*, question_id: int, channel: str, reminder: bool = False) -> None:
     """Post a run's pending question to ``channel`` (a channel, or a user id for a direct
-    message). Not idempotent: each call posts a message; a question no longer pending is not
-    posted."""
+    message) and remember it for updates. Not idempotent: each call posts a message; a question
+    no longer pending is not posted."""
     question = Question.objects.select_related("run__workflow", "run__launched_by").get(
         pk=question_id
     )
     if question.status != Question.Status.PENDING:
         return
     text, blocks = question_blocks(question, reminder=reminder)
-    client().chat_postMessage(channel=channel, text=text, blocks=blocks)
+    response = client().chat_postMessage(channel=channel, text=text, blocks=blocks)
+    SlackQuestionMessage.objects.create(
+        question=question,
+        channel=str(response["channel"]),
+        ts=str(response["ts"]),
+        shown=question.status,
+    )
+
+
+def slack_question_messages_update(*, question_id: int) -> int:
+    """Bring every message about the question up to date (``chat.update``) once it is answered,
+    expired or withdrawn; how many changed. Idempotent: a message already showing the current
+    state is left alone."""
+    question = Question.objects.select_related("run__workflow", "run__launched_by", "answerer").get(
+        pk=question_id
+    )
+    changed = 0
+    for message in question.slack_messages.exclude(shown=question.status):
+        text, blocks = question_blocks(question)
+        client().chat_update(channel=message.channel, ts=message.ts, text=text, blocks=blocks)
+        SlackQuestionMessage.objects.filter(pk=message.pk).update(shown=question.status)
+        changed += 1
+    return changed
 
 
 def slack_question_channel(question: Question) -> str:

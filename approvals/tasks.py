@@ -59,3 +59,19 @@ def slack_question_post_task(*, question_id: int, channel: str, reminder: bool =
         slack.slack_question_post(question_id=question_id, channel=channel, reminder=reminder)
     except Question.DoesNotExist:
         logger.info("question %s is gone; nothing to post", question_id)
+
+
+@shared_task(
+    name="approvals.slack_question_messages_update",
+    ignore_result=True,
+    autoretry_for=(SlackApiError, URLError, TimeoutError),
+    retry_backoff=True,
+    max_retries=3,
+)
+def slack_question_messages_update_task(*, question_id: int) -> None:
+    from approvals import slack
+
+    try:
+        slack.slack_question_messages_update(question_id=question_id)
+    except Question.DoesNotExist:
+        logger.info("question %s is gone; no message to update", question_id)

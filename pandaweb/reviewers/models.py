@@ -30,6 +30,28 @@ class SlackIdentity(models.Model):
         return f"{self.team_id}/{self.slack_user_id}"
 
 
+class SlackQuestionMessage(models.Model):
+    """A message pandaweb posted about a run's question (the workflow's channel, or a person's
+    direct message), so every copy says when the question is answered, expires or is withdrawn."""
+
+    question = models.ForeignKey(
+        "approvals.Question", on_delete=models.CASCADE, related_name="slack_messages"
+    )
+    channel = models.CharField(max_length=32)
+    ts = models.CharField(max_length=32)
+    posted_at = models.DateTimeField(auto_now_add=True)
+    # The status the message shows, so an update that changes nothing is not sent again.
+    shown = models.CharField(max_length=40, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["channel", "ts"], name="slack_question_message_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"Slack question message {self.channel}/{self.ts}"
+
+
 class SlackLinkCode(models.Model):
     """A short-lived single-use code shown on the profile page; only its hash is kept."""
 

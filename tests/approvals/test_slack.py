@@ -427,8 +427,38 @@ def test_a_question_goes_to_the_workflows_channel_and_its_people_with_a_link_nev
     with time_machine.travel(questions.question_reminder_at(question) + timedelta(seconds=1)):
         assert questions.question_remind_due() == []  # answered: nobody is reminded
 
+    # Every copy now says it was answered, and by whom: nobody follows a link to answer it again.
+    updates = fake_slack.wait_for("chat.update", 2)
+    posted = question.slack_messages.values_list("channel", "ts")
+    assert sorted((u.params["channel"], u.params["ts"]) for u in updates) == sorted(posted)
+    assert {channel for channel, _ in posted} == {CHANNEL, "D0OLIVIA"}
+    for update in updates:
+        text = card_text(update)
+        assert "Answered* by olivia" in text
+        assert not [b for b in update.params["blocks"] if b["type"] == "actions"]
     assert len(fake_slack.of("chat.postMessage")) == 2
     assert all(CODE not in said(call) for call in fake_slack.calls)
+    # Told once: the next look finds every message already showing it.
+    assert slack.slack_question_messages_update(question_id=question.pk) == 0
+
+
+def test_the_questions_messages_say_when_nobody_answered_in_time(
+    operator: User, workflow: Workflow, fake_slack: FakeSlack, background: list[dict[str, Any]]
+) -> None:
+    from approvals import questions
+
+    question = ask_for_a_code(operator, workflow)
+    fake_slack.wait_for("chat.postMessage", 1)
+
+    with time_machine.travel(question.expires_at + timedelta(seconds=1)):
+        assert questions.question_expire_due() == [question.pk]
+
+    [update] = fake_slack.wait_for("chat.update", 1)
+    assert [(update.params["channel"], update.params["ts"])] == list(
+        question.slack_messages.values_list("channel", "ts")
+    )
+    assert "Nobody answered* in time; the run failed" in card_text(update)
+    assert not [b for b in update.params["blocks"] if b["type"] == "actions"]
 
 
 def test_a_group_question_says_which_group_and_its_reminder_goes_the_same_ways(
