@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 from urllib.error import URLError
 
 from celery import shared_task
@@ -12,14 +13,16 @@ from approvals.models import ApprovalRequest, Question
 
 logger = logging.getLogger(__name__)
 
+# Slack may be briefly unreachable or rate-limit us: a few retries, further apart each time.
+CHAT_CALL: dict[str, Any] = {
+    "ignore_result": True,
+    "autoretry_for": (SlackApiError, URLError, TimeoutError),
+    "retry_backoff": True,
+    "max_retries": 3,
+}
 
-@shared_task(
-    name="approvals.slack_card_post",
-    ignore_result=True,
-    autoretry_for=(SlackApiError, URLError, TimeoutError),
-    retry_backoff=True,
-    max_retries=3,
-)
+
+@shared_task(name="approvals.slack_card_post", **CHAT_CALL)
 def slack_card_post_task(*, approval_id: int, channel: str) -> None:
     from approvals import slack
 
@@ -29,13 +32,7 @@ def slack_card_post_task(*, approval_id: int, channel: str) -> None:
         logger.info("approval %s is gone; no card", approval_id)
 
 
-@shared_task(
-    name="approvals.slack_cards_update",
-    ignore_result=True,
-    autoretry_for=(SlackApiError, URLError, TimeoutError),
-    retry_backoff=True,
-    max_retries=3,
-)
+@shared_task(name="approvals.slack_cards_update", **CHAT_CALL)
 def slack_cards_update_task(*, approval_id: int) -> None:
     from approvals import slack
 
@@ -45,13 +42,7 @@ def slack_cards_update_task(*, approval_id: int) -> None:
         logger.info("approval %s is gone; no card to update", approval_id)
 
 
-@shared_task(
-    name="approvals.slack_question_post",
-    ignore_result=True,
-    autoretry_for=(SlackApiError, URLError, TimeoutError),
-    retry_backoff=True,
-    max_retries=3,
-)
+@shared_task(name="approvals.slack_question_post", **CHAT_CALL)
 def slack_question_post_task(*, question_id: int, channel: str, reminder: bool = False) -> None:
     from approvals import slack
 
@@ -61,13 +52,7 @@ def slack_question_post_task(*, question_id: int, channel: str, reminder: bool =
         logger.info("question %s is gone; nothing to post", question_id)
 
 
-@shared_task(
-    name="approvals.slack_question_messages_update",
-    ignore_result=True,
-    autoretry_for=(SlackApiError, URLError, TimeoutError),
-    retry_backoff=True,
-    max_retries=3,
-)
+@shared_task(name="approvals.slack_question_messages_update", **CHAT_CALL)
 def slack_question_messages_update_task(*, question_id: int) -> None:
     from approvals import slack
 
