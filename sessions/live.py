@@ -41,7 +41,7 @@ from sessions.events import (
 )
 from sessions.filmstrip import filmstrip_append
 from sessions.runner import MASK, HandBack
-from sessions.screencast import BrowserTap, CdpError, Dialog, Frame
+from sessions.screencast import UNREADABLE_DIALOG, BrowserTap, CdpError, Dialog, Frame
 
 logger = logging.getLogger(__name__)
 
@@ -404,6 +404,11 @@ class LiveFeed:
         control = self._control
         return control if control is not None and control.state == "active" else None
 
+    def _dialog_words(self, dialog: Dialog) -> str:
+        if dialog is UNREADABLE_DIALOG:
+            return "a dialog already open when the live view connected (its text unreadable)"
+        return f"a {dialog.kind} dialog saying '{self._scrub(dialog.message)}'"
+
     def _scrub(self, text: str) -> str:
         text = " ".join(text.split())[:500]
         for secret in self.secret_values:
@@ -498,16 +503,14 @@ class LiveFeed:
             dialog = tap.dialog
             try:
                 await tap.answer_dialog(accept=False)
-                done = "dismissed when control ended"
+                done = f"{_dismissed(dialog)} when control ended"
             except CdpError as exc:
                 done = f"could not be dismissed when control ended: {exc}"
             control.inputs.append(
                 {"at": _now(), "kind": "dialog", "dialog": dialog.kind,
                  "message": self._scrub(dialog.message), "action": done}
             )  # fmt: skip
-            control.dialogs.append(
-                f"a {dialog.kind} dialog saying '{self._scrub(dialog.message)}' — {done}"
-            )
+            control.dialogs.append(f"{self._dialog_words(dialog)} — {done}")
         self._control = None
         self._requested.clear()
         if control.session_id is not None:
@@ -557,12 +560,12 @@ class LiveFeed:
         except CdpError as exc:
             await self._refuse(control.channel, f"the dialog could not be answered: {exc}")
             return
-        done = "accepted" if accept else "dismissed"
+        done = "accepted" if accept and dialog is not UNREADABLE_DIALOG else _dismissed(dialog)
         entry: dict[str, Any] = {
             "at": _now(), "kind": "dialog", "dialog": dialog.kind,
             "message": self._scrub(dialog.message), "action": done, "by": "person",
         }  # fmt: skip
-        words = f"a {dialog.kind} dialog saying '{self._scrub(dialog.message)}' — {done}"
+        words = f"{self._dialog_words(dialog)} — {done}"
         if text is not None and dialog.kind == "prompt":
             entry["text"] = self._scrub(text)
             words += f" with '{self._scrub(text)}'"
@@ -692,3 +695,7 @@ def _delta(value: Any) -> float:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
+
+
+def _dismissed(dialog: Dialog) -> str:
+    return "dismissed by reloading the page" if dialog is UNREADABLE_DIALOG else "dismissed"

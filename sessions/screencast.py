@@ -157,11 +157,21 @@ def mask_frame(jpeg: bytes, boxes: Sequence[Sequence[float]], metadata: dict[str
 
 @dataclass(frozen=True)
 class Dialog:
-    """A JavaScript dialog the page opened: alert, confirm, prompt or beforeunload."""
+    """A JavaScript dialog the page opened: alert, confirm, prompt or beforeunload; or
+    ``unknown``, one already open when the tap attached, whose text Chromium does not give."""
 
     kind: str
     message: str
     default_prompt: str = ""
+
+
+UNREADABLE_DIALOG = Dialog(
+    kind="unknown",
+    message=(
+        "(it opened before the live view connected: its text cannot be read, and answering it "
+        "reloads the page)"
+    ),
+)
 
 
 def _timed_mask(
@@ -205,6 +215,11 @@ class BrowserTap:
         # A browser whose actions take ``time_scale`` times a host's (a microVM under software
         # emulation) answers as much later; past two minutes it is not answering.
         self._answer_seconds = min(10.0 * max(time_scale, 1.0), 120.0)
+        # Chromium answers Page.enable on a page that shows a JavaScript dialog only once the
+        # dialog is closed, and says nothing of the dialog (puppeteer#9729): a page that has not
+        # answered by then is taken to show one.
+        self._dialog_probe_seconds = min(2.0 * max(time_scale, 1.0), self._answer_seconds)
+        self._blocked: asyncio.Future[None] | None = None
         self.secret_values = [value for value in secret_values if value]
         self.secret_fields = list(secret_fields)
         self.on_frame = on_frame
@@ -263,6 +278,9 @@ class BrowserTap:
             raise
 
     async def close(self) -> None:
+        if self._blocked is not None:
+            self._blocked.cancel()
+            self._blocked = None
         for task in (self._reader, self._framer):
             if task is not None:
                 task.cancel()
@@ -287,13 +305,51 @@ class BrowserTap:
         attached = await self.call("Target.attachToTarget", {"targetId": target, "flatten": True})
         self._session, self._target, self._world = attached["sessionId"], target, None
         self.dialog = None
-        await self.call("Page.enable", session=self._session)
-        tree = await self.call("Page.getFrameTree", session=self._session)
+        enabling = asyncio.ensure_future(self._enable_page())
+        await asyncio.wait({enabling}, timeout=self._dialog_probe_seconds)
+        if not enabling.done():
+            # Behind a dialog: the tap finishes attaching, and casting starts, once the page
+            # answers, after a person has answered the dialog (see answer_dialog).
+            self._blocked = enabling
+            enabling.add_done_callback(
+                lambda done: asyncio.ensure_future(self._unblocked(done, self._session))
+            )
+            if self.dialog is None:  # opened before anyone listened: no event named it
+                self._dialog_opened(UNREADABLE_DIALOG)
+            return
+        enabling.result()
+
+    async def _enable_page(self) -> None:
+        # Patient: behind a dialog these are answered only once it is.
+        await self.call("Page.enable", session=self._session, patient=True)
+        tree = await self.call("Page.getFrameTree", session=self._session, patient=True)
         self._main_frame = tree["frameTree"]["frame"]["id"]
 
+    async def _unblocked(self, enabling: asyncio.Future[None], session: str) -> None:
+        """The page answered: its dialog is closed (or there never was one and the page was
+        only slow), so a cast asked for meanwhile starts."""
+        if self._blocked is enabling:
+            self._blocked = None
+        if enabling.cancelled() or enabling.exception() is not None or session != self._session:
+            return
+        if self.dialog is UNREADABLE_DIALOG:
+            self.dialog = None
+            if self.on_dialog is not None:
+                self.on_dialog(None)
+        if self.casting:
+            with contextlib.suppress(CdpError):
+                await self.call("Page.startScreencast", self._cast, session=self._session)
+
     async def call(
-        self, method: str, params: dict[str, Any] | None = None, *, session: str = ""
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        session: str = "",
+        patient: bool = False,
     ) -> dict[str, Any]:
+        """One CDP call and its answer. ``patient``: wait as long as the connection lasts (a
+        page behind a dialog answers once a person has answered the dialog)."""
         if self._socket is None:
             raise CdpError("the connection to the run's browser is closed")
         self._ids += 1
@@ -305,7 +361,7 @@ class BrowserTap:
         self._methods[self._ids] = method
         await self._socket.send_str(json.dumps(message))
         try:
-            reply = await asyncio.wait_for(answer, self._answer_seconds)
+            reply = await asyncio.wait_for(answer, None if patient else self._answer_seconds)
         except TimeoutError:
             raise CdpError(f"the run's browser did not answer {method}") from None
         finally:
@@ -380,15 +436,26 @@ class BrowserTap:
             self.on_dialog(dialog)
 
     async def answer_dialog(self, *, accept: bool, text: str | None = None) -> Dialog:
-        """Accept or dismiss the open dialog (a prompt accepted with ``text``); returns it."""
+        """Accept or dismiss the open dialog (a prompt accepted with ``text``); returns it.
+        One open before the tap attached is dismissed by reloading the page: Chromium answers
+        only dialogs it opened while someone listened (the page may then ask again, readably)."""
         dialog = self.dialog
         if dialog is None:
             raise CdpError("no dialog is open on the page")
-        params: dict[str, Any] = {"accept": accept}
-        if accept and text is not None and dialog.kind == "prompt":
-            params["promptText"] = text
-        await self.call("Page.handleJavaScriptDialog", params, session=self._session)
+        # Before the answer: the page may open its next dialog as soon as this one closes.
         self.dialog = None
+        try:
+            if dialog is UNREADABLE_DIALOG:
+                await self.call("Page.reload", session=self._session)
+            else:
+                params: dict[str, Any] = {"accept": accept}
+                if accept and text is not None and dialog.kind == "prompt":
+                    params["promptText"] = text
+                await self.call("Page.handleJavaScriptDialog", params, session=self._session)
+        except CdpError:
+            if self.dialog is None:
+                self.dialog = dialog
+            raise
         return dialog
 
     # Screencast ----------------------------------------------------------------------------
@@ -406,11 +473,13 @@ class BrowserTap:
             "maxWidth": max_width,
             "maxHeight": max_height,
         }
-        await self.call("Page.startScreencast", self._cast, session=self._session)
+        if self._blocked is None:
+            await self.call("Page.startScreencast", self._cast, session=self._session)
+        # Behind a dialog already open, the cast starts once it is answered (see _unblocked).
         self.casting = True
 
     async def _refresh(self) -> None:
-        if not self.casting:
+        if not self.casting or self._blocked is not None:
             return
         with contextlib.suppress(CdpError):
             await self.call("Page.stopScreencast", session=self._session)

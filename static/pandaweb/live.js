@@ -37,6 +37,7 @@
       confirm: "The page asks you to confirm",
       prompt: "The page asks for text",
       beforeunload: "The page asks whether to leave it",
+      unknown: "The page shows a dialog",
     };
 
     function send(message) {

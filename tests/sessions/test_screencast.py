@@ -4,6 +4,7 @@ a person's clicks and keys reaching the page, keys refused in a secret field."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import subprocess
 import time
@@ -13,11 +14,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import requests
 from PIL import Image
 from playwright.sync_api import Page, Playwright
 
 from pandaweb.browser import HEADLESS_ARGS, find_chromium
-from sessions.screencast import MASK_COLOUR, BrowserTap, Frame, mask_frame
+from sessions.screencast import (
+    MASK_COLOUR,
+    UNREADABLE_DIALOG,
+    BrowserTap,
+    Dialog,
+    Frame,
+    mask_frame,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 T = TypeVar("T")
@@ -35,15 +44,15 @@ PAGE = f"""<!doctype html><title>Sign in</title>
 <div id="tall"></div>"""
 
 
-@pytest.fixture
-def chromium(tmp_path: Path) -> Iterator[str]:
+@contextlib.contextmanager
+def launched_chromium(profile: Path, url: str) -> Iterator[str]:
+    """A headless Chromium showing ``url``, with no CDP client attached yet; its CDP address."""
     binary = find_chromium()
     if binary is None:
         pytest.skip("no Chromium on this machine")
-    profile = tmp_path / "profile"
     process = subprocess.Popen(
         [binary, "--headless=new", *HEADLESS_ARGS, "--remote-debugging-port=0",
-         f"--user-data-dir={profile}", "--window-size=1000,700", "about:blank"],
+         f"--user-data-dir={profile}", "--window-size=1000,700", url],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     port_file = profile / "DevToolsActivePort"
@@ -56,6 +65,12 @@ def chromium(tmp_path: Path) -> Iterator[str]:
     finally:
         process.kill()
         process.wait()
+
+
+@pytest.fixture
+def chromium(tmp_path: Path) -> Iterator[str]:
+    with launched_chromium(tmp_path / "profile", "about:blank") as cdp_url:
+        yield cdp_url
 
 
 @pytest.fixture
@@ -197,3 +212,58 @@ def test_a_persons_click_and_keys_reach_the_page_but_never_a_secret_field(
     assert page.title() == "clicked"
     assert "x" in page.locator("#user").input_value()
     assert (plain, secret) == ("", "secret")
+
+
+def test_a_dialog_already_open_when_the_tap_attaches_is_shown_answered_then_cast(
+    tmp_path: Path,
+) -> None:
+    # Chromium keeps Page.enable unanswered behind a dialog it opened before anyone listened,
+    # never names it and cannot answer it: the tap must neither hang nor give up, but show a
+    # dialog it cannot read, whose answer (a reload) brings the page back, asking again.
+    url = (
+        "data:text/html,<script>document.title = 'asking';"
+        "document.title = confirm('Leave?') ? 'left' : 'stayed'</script>"
+    )
+    with launched_chromium(tmp_path / "profile", url) as cdp_url:
+        # The title comes before the dialog, in order, from the same script.
+        deadline = time.monotonic() + 15
+
+        def titles() -> list[str]:
+            return [t["title"] for t in requests.get(f"{cdp_url}/json/list", timeout=5).json()]
+
+        while "asking" not in titles():
+            assert time.monotonic() < deadline, "the page did not start asking"
+            time.sleep(0.02)
+
+        async def work() -> tuple[float, list[Dialog | None], str]:
+            frames: list[Frame] = []
+            seen: list[Dialog | None] = []
+            tap = make_tap(cdp_url, frames, on_dialog=seen.append)
+            try:
+                started = time.monotonic()
+                await tap.open()
+                await tap.start(fps=5)
+                attached_in = time.monotonic() - started
+                assert tap.dialog is UNREADABLE_DIALOG
+                await tap.answer_dialog(accept=True)
+                deadline = time.monotonic() + 15
+                while tap.dialog is None:  # the reloaded page asks again, readably this time
+                    assert time.monotonic() < deadline, "the reloaded page did not ask again"
+                    await asyncio.sleep(0.02)
+                await tap.answer_dialog(accept=True)
+                await wait_for(frames, 1)  # the cast started once the page answered
+                title = await tap.call(
+                    "Runtime.evaluate",
+                    {"expression": "document.title", "returnByValue": True},
+                    session=tap._session,
+                )
+                return attached_in, seen, title["result"]["value"]
+            finally:
+                await tap.close()
+
+        attached_in, seen, title = run_apart(work)
+
+    assert attached_in < 8
+    assert seen[0] is UNREADABLE_DIALOG
+    assert seen[1] == Dialog(kind="confirm", message="Leave?")
+    assert title == "left"
