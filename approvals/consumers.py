@@ -2,13 +2,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import get_user_model
 from django.template.loader import render_to_string
 
 from approvals.events import PENDING_GROUP, PendingChanged
 from approvals.selectors import needs_badge
+from pandaweb.core.consumers import read_only
 
 
 class NavigationConsumer(AsyncWebsocketConsumer):
@@ -43,7 +43,7 @@ class NavigationConsumer(AsyncWebsocketConsumer):
             return
         await self.send(text_data=html)
 
-    @database_sync_to_async
+    @read_only
     def _badge(self) -> str | None:
         """The badge for this person now, or None when they may see neither approvals nor
         runs."""

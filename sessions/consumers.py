@@ -7,13 +7,13 @@ import time
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.template.loader import render_to_string
 
 from approvals.events import PENDING_GROUP, PendingChanged
+from pandaweb.core.consumers import read_only
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
 from sessions.console import RunFilter, needs_counts, run_matches, run_row
@@ -40,7 +40,7 @@ from sessions.rendering import Viewer, messages_for, queue_context
 from sessions.selectors import run_events_after
 
 
-@database_sync_to_async
+@read_only
 def _may_view_runs(scope_user: Any) -> bool:
     if scope_user is None or not scope_user.is_authenticated:
         return False
@@ -95,7 +95,7 @@ class RunConsumer(AsyncWebsocketConsumer):
                     await self.send(text_data=json.dumps(message))
                     self.sent = message["seq"]
 
-    @database_sync_to_async
+    @read_only
     def _messages_after(self, seq: int) -> list[dict[str, Any]] | None:
         """The updates after ``seq``, or None once this person may no longer see runs: the
         check and the read are one trip to daphne's database thread."""
@@ -109,7 +109,7 @@ class RunConsumer(AsyncWebsocketConsumer):
         events = list(run_events_after(self.run_id, seq))
         return messages_for(self.run_id, events, Viewer.of(user))
 
-    @database_sync_to_async
+    @read_only
     def _exists(self) -> bool:
         return Run.objects.filter(pk=self.run_id).exists()
 
@@ -151,7 +151,7 @@ class RunListConsumer(AsyncWebsocketConsumer):
         if row:
             await self.send(text_data=row)
 
-    @database_sync_to_async
+    @read_only
     def _row(self, run_id: int) -> str:
         # Only the changed row, swapped by id: a filtered, sorted or paged list keeps its
         # filters and its page; a row that is not on screen is simply not there to swap.
@@ -203,7 +203,7 @@ class HomeCountsConsumer(AsyncWebsocketConsumer):
             return
         await self.send(text_data=await self._counts())
 
-    @database_sync_to_async
+    @read_only
     def _counts(self) -> str:
         user = self.scope["user"]
         return render_to_string(
@@ -243,17 +243,17 @@ class RunQueueConsumer(AsyncWebsocketConsumer):
             return
         await self.send(text_data=await self._place())
 
-    @database_sync_to_async
+    @read_only
     def _workflow_id(self) -> int | None:
         return Run.objects.filter(pk=self.run_id).values_list("workflow_id", flat=True).first()
 
-    @database_sync_to_async
+    @read_only
     def _place(self) -> str:
         run = Run.objects.select_related("workflow").get(pk=self.run_id)
         return render_to_string("sessions/partials/_run_queue.html", queue_context(run))
 
 
-@database_sync_to_async
+@read_only
 def _may(scope_user: Any, capability: Capability) -> bool:
     if scope_user is None or not scope_user.is_authenticated:
         return False
@@ -390,7 +390,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def live_refused(self, event: LiveRefused) -> None:
         await self._refused(event["reason"])
 
-    @database_sync_to_async
+    @read_only
     def _exists(self) -> bool:
         return Run.objects.filter(pk=self.run_id).exists()
 
