@@ -47,6 +47,7 @@ from _harness import (
     wait_for,
 )
 
+from pandaweb.supervisor import dashboard_argv
 from tests.approvals.fake_slack import FakeSlack, block_action, signed
 
 SECRET = "bench-signing-secret"  # noqa: S105 (the fake Slack app's, on loopback)
@@ -126,8 +127,7 @@ def main() -> int:
             worker = start_worker(env, data_dir / "worker.log")
             with open(data_dir / "dashboard.log", "wb") as out:
                 dashboard = subprocess.Popen(
-                    [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                     "pandaweb.asgi:application"],
+                    dashboard_argv(sys.executable, "127.0.0.1", port),
                     cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                 )  # fmt: skip
             wait_for(lambda: _answers(f"http://127.0.0.1:{port}/login/"), 60, "the dashboard")

@@ -70,6 +70,8 @@ from _harness import (
     wait_for,
 )
 
+from pandaweb.supervisor import dashboard_argv
+
 MODES = ("scale-out", "embedded")
 
 
@@ -555,8 +557,7 @@ def one_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
                 cleanup.callback(_stop, worker)
         with open(data_dir / "dashboard.log", "wb") as out:
             dashboard = subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                 "pandaweb.asgi:application"],
+                dashboard_argv(sys.executable, "127.0.0.1", port),
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         cleanup.callback(_stop, dashboard)

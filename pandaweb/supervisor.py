@@ -127,3 +127,18 @@ def stop_all(children: list[Child], *, grace: float) -> None:
         # Also reap grandchildren that ignored SIGTERM, even when the leader has exited.
         child.signal_group(signal.SIGKILL)
         child.process.wait()
+
+
+# daphne refuses a websocket its application has not accepted within this many seconds (its own
+# default is 5). A page's handshake waits for the consumer's permission check, which with a
+# hundred viewers opening at once on a busy two-core host took longer than that.
+WEBSOCKET_CONNECT_TIMEOUT_SECONDS = 30
+
+
+def dashboard_argv(python: str, host: str, port: int) -> list[str]:
+    """The dashboard's command: daphne serving the ASGI application."""
+    return [
+        python, "-m", "daphne", "-b", host, "-p", str(port),
+        "--websocket_connect_timeout", str(WEBSOCKET_CONNECT_TIMEOUT_SECONDS),
+        "pandaweb.asgi:application",
+    ]  # fmt: skip

@@ -40,13 +40,21 @@ from sessions.rendering import Viewer, messages_for, queue_context
 from sessions.selectors import run_events_after
 
 
-@read_only
-def _may_view_runs(scope_user: Any) -> bool:
+def _can_view_runs(scope_user: Any) -> bool:
     if scope_user is None or not scope_user.is_authenticated:
         return False
     # A fresh copy: the scope's user caches permissions from the handshake.
     user = get_user_model().objects.filter(pk=scope_user.pk).first()
     return user is not None and user_can(user, Capability.VIEW_RUNS)
+
+
+_may_view_runs = read_only(_can_view_runs)
+
+
+@read_only
+def _may_view_run(scope_user: Any, run_id: int) -> bool:
+    """Whether this person may watch the run, in one read: the handshake waits for it."""
+    return _can_view_runs(scope_user) and Run.objects.filter(pk=run_id).exists()
 
 
 class RunConsumer(AsyncWebsocketConsumer):
@@ -58,7 +66,7 @@ class RunConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
-        if not await _may_view_runs(self.scope.get("user")) or not await self._exists():
+        if not await _may_view_run(self.scope.get("user"), self.run_id):
             await self.close()
             return
         query = parse_qs(self.scope.get("query_string", b"").decode())
@@ -108,10 +116,6 @@ class RunConsumer(AsyncWebsocketConsumer):
         # The fragments carry the buttons and links only for people who may use them.
         events = list(run_events_after(self.run_id, seq))
         return messages_for(self.run_id, events, Viewer.of(user))
-
-    @read_only
-    def _exists(self) -> bool:
-        return Run.objects.filter(pk=self.run_id).exists()
 
 
 class RunListConsumer(AsyncWebsocketConsumer):
@@ -284,7 +288,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
         user = self.scope.get("user")
-        if not await _may_view_runs(user) or not await self._exists():
+        if not await _may_view_run(user, self.run_id):
             await self.close()
             return
         query = parse_qs(self.scope.get("query_string", b"").decode())
@@ -389,10 +393,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def live_refused(self, event: LiveRefused) -> None:
         await self._refused(event["reason"])
-
-    @read_only
-    def _exists(self) -> bool:
-        return Run.objects.filter(pk=self.run_id).exists()
 
 
 def frame_message(event: LiveFrame) -> bytes:

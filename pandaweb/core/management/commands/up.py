@@ -57,16 +57,7 @@ class Command(BaseCommand):
         children = [
             supervisor.Child(
                 name="dashboard",
-                argv=[
-                    python,
-                    "-m",
-                    "daphne",
-                    "-b",
-                    host,
-                    "-p",
-                    str(port),
-                    "pandaweb.asgi:application",
-                ],
+                argv=supervisor.dashboard_argv(python, host, port),
                 ready_url=f"http://{host}:{port}/login/",
             )
         ]
