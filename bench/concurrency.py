@@ -161,8 +161,8 @@ def _read_outcome(
 def _consumer_cost(run_id: int, username: str) -> dict[str, float]:
     """What ``RunConsumer`` does for one viewer and one message (its permission check, then the
     read and render of ``_messages_after``), repeated here on each event of a finished run: the
-    median time and the queries. daphne runs all of it on one thread (``database_sync_to_async``
-    is thread-sensitive and channels opens no per-connection context), for every viewer."""
+    median time and the queries, for the first viewer of an event (who renders what all share)
+    and for another viewer of it right after."""
     from django.contrib.auth import get_user_model
     from django.db import connection, connections
     from django.test.utils import CaptureQueriesContext
