@@ -305,6 +305,9 @@ class BrowserTap:
         attached = await self.call("Target.attachToTarget", {"targetId": target, "flatten": True})
         self._session, self._target, self._world = attached["sessionId"], target, None
         self.dialog = None
+        if self._blocked is not None:  # the page it waited on is no longer the one watched
+            self._blocked.cancel()
+            self._blocked = None
         enabling = asyncio.ensure_future(self._enable_page())
         await asyncio.wait({enabling}, timeout=self._dialog_probe_seconds)
         if not enabling.done():
