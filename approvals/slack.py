@@ -23,6 +23,7 @@ from django.core import signing
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 
 from approvals.models import ApprovalDecision, ApprovalRequest, Question
@@ -367,6 +368,9 @@ def slack_question_post(*, question_id: int, channel: str, reminder: bool = Fals
         ts=str(response["ts"]),
         shown=question.status,
     )
+    # Closed while this was being posted: the update sent then found no message to change.
+    if Question.objects.filter(pk=question_id).exclude(status=question.status).exists():
+        slack_question_messages_update(question_id=question_id)
 
 
 def slack_question_messages_update(*, question_id: int) -> int:
@@ -377,11 +381,22 @@ def slack_question_messages_update(*, question_id: int) -> int:
         pk=question_id
     )
     changed = 0
+    failed: SlackApiError | None = None
+    text, blocks = question_blocks(question)
     for message in question.slack_messages.exclude(shown=question.status):
-        text, blocks = question_blocks(question)
-        client().chat_update(channel=message.channel, ts=message.ts, text=text, blocks=blocks)
+        try:
+            client().chat_update(channel=message.channel, ts=message.ts, text=text, blocks=blocks)
+        except SlackApiError as exc:
+            # A message deleted in Slack must not keep the others from being updated; the task
+            # retries the rest (those already updated are left alone).
+            logger.warning("could not update Slack message %s/%s: %s", message.channel,
+                           message.ts, exc)  # fmt: skip
+            failed = failed or exc
+            continue
         SlackQuestionMessage.objects.filter(pk=message.pk).update(shown=question.status)
         changed += 1
+    if failed is not None:
+        raise failed
     return changed
 
 

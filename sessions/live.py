@@ -499,11 +499,16 @@ class LiveFeed:
             return
         tap = self._tap
         if control.state == "active" and tap is not None and tap.dialog is not None:
-            # Nobody answered it: the page must not stay stopped for the runner.
+            # Nobody answered it: the page must not stay stopped for the runner. One the tap
+            # cannot read is left to the runner's browser connection, which saw it open: a
+            # reload nobody asked for could send a form again.
             dialog = tap.dialog
             try:
-                await tap.answer_dialog(accept=False)
-                done = f"{_dismissed(dialog)} when control ended"
+                if dialog is UNREADABLE_DIALOG:
+                    done = "left to the run when control ended"
+                else:
+                    await tap.answer_dialog(accept=False)
+                    done = "dismissed when control ended"
             except CdpError as exc:
                 done = f"could not be dismissed when control ended: {exc}"
             control.inputs.append(

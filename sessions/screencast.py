@@ -314,8 +314,9 @@ class BrowserTap:
             # Behind a dialog: the tap finishes attaching, and casting starts, once the page
             # answers, after a person has answered the dialog (see answer_dialog).
             self._blocked = enabling
+            session = self._session
             enabling.add_done_callback(
-                lambda done: asyncio.ensure_future(self._unblocked(done, self._session))
+                lambda done: asyncio.ensure_future(self._unblocked(done, session))
             )
             if self.dialog is None:  # opened before anyone listened: no event named it
                 self._dialog_opened(UNREADABLE_DIALOG)
@@ -333,12 +334,15 @@ class BrowserTap:
         only slow), so a cast asked for meanwhile starts."""
         if self._blocked is enabling:
             self._blocked = None
-        if enabling.cancelled() or enabling.exception() is not None or session != self._session:
+        if session != self._session:
             return
         if self.dialog is UNREADABLE_DIALOG:
+            # Answered, gone, or the connection failed: either way not a dialog to show.
             self.dialog = None
             if self.on_dialog is not None:
                 self.on_dialog(None)
+        if enabling.cancelled() or enabling.exception() is not None:
+            return
         if self.casting:
             with contextlib.suppress(CdpError):
                 await self.call("Page.startScreencast", self._cast, session=self._session)

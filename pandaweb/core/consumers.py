@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from channels.db import database_sync_to_async
@@ -10,13 +11,18 @@ from channels.db import database_sync_to_async
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# Each thread keeps its own database connection (CONN_MAX_AGE): a few per daphne process, not
+# one per thread of the loop's default pool (up to 32).
+READ_THREADS = 4
+_reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="consumer-reads")
+
 
 def read_only(func: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
-    """A consumer's database read, on a thread of the loop's pool.
+    """A consumer's database read, on one of ``READ_THREADS`` threads.
 
     ``database_sync_to_async`` runs on daphne's one thread for sync code, where every HTTP view
     runs too: behind a burst of launches and decisions a page's websocket handshake waited more
     than daphne's 5 s and was refused. Reads need no ordering with that thread's writes (each
     sees what was committed), so they run beside it, each thread with its own connection.
     """
-    return database_sync_to_async(func, thread_sensitive=False)
+    return database_sync_to_async(func, thread_sensitive=False, executor=_reads)
