@@ -48,6 +48,8 @@ from PIL import Image, ImageDraw, ImageFont
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Locator, Page
 
+from sessions.screencast import MASK_COLOUR, MASK_MARGIN
+
 MASK = "••••"
 NAME_LIMIT = 80
 VALUE_LIMIT = 80
@@ -1296,6 +1298,23 @@ class PageWatch:
         )
         return base64.b64decode(answer["data"])
 
+    def masked_screenshot(self, masks: Sequence[Locator], *, quality: int) -> bytes | None:
+        """A JPEG of the viewport with ``masks`` painted over, or None when their place cannot
+        be known exactly (the page has frames, whose boxes are in their own coordinates).
+
+        The fields' boxes are read before and after one ``Page.captureScreenshot``; only when
+        both readings agree is the picture masked in memory, else None. Playwright's masked
+        ``page.screenshot`` draws overlays into the page and removes them (a third of a second
+        on a login page), and its mask changes the page the change counter watches."""
+        if len(self.page.frames) > 1:
+            return None
+        before = _boxes_of(masks)
+        jpeg = self.screenshot(quality=quality)
+        if _boxes_of(masks) != before:
+            return None
+        css_width, boxes = before
+        return mask_picture(jpeg, boxes, css_width=css_width, quality=quality)
+
     def close(self) -> None:
         """Let go of the CDP session (the page and its world stay as they are)."""
         session, self._session, self._context = self._session, None, None
@@ -1314,6 +1333,22 @@ class PageWatch:
                 details.get("exception", {}).get("description") or details.get("text", "")
             )
         return answer.get("result", {}).get("value")
+
+
+_BOXES = """elements => [innerWidth, elements.map(e => {
+  const r = e.getBoundingClientRect();
+  return [r.x, r.y, r.width, r.height];
+})]"""
+
+
+def _boxes_of(masks: Sequence[Locator]) -> tuple[float, list[list[float]]]:
+    """The viewport's width and every element ``masks`` match, in viewport CSS pixels."""
+    css_width = 0.0
+    boxes: list[list[float]] = []
+    for mask in masks:
+        css_width, found = mask.evaluate_all(_BOXES)
+        boxes += found
+    return css_width, boxes
 
 
 # --- pictures -----------------------------------------------------------------------------------
@@ -1408,6 +1443,32 @@ def outline_target(
         width=stroke,
     )
     return _png(image)
+
+
+def mask_picture(
+    jpeg: bytes, boxes: Sequence[Sequence[float]], *, css_width: float, quality: int
+) -> bytes:
+    """Paint ``boxes`` (viewport CSS pixels; the picture is ``css_width`` CSS pixels wide) over
+    ``jpeg`` as live frames are masked: in Playwright's mask colour, a little wider than each
+    field."""
+    image = Image.open(io.BytesIO(jpeg)).convert("RGB")
+    scale = image.width / css_width if css_width else 1.0
+    draw = ImageDraw.Draw(image)
+    for left, top, width, height in boxes:
+        if width <= 0 or height <= 0:
+            continue  # not shown, as Playwright's mask leaves it
+        draw.rectangle(
+            (
+                left * scale - MASK_MARGIN,
+                top * scale - MASK_MARGIN,
+                (left + width) * scale + MASK_MARGIN,
+                (top + height) * scale + MASK_MARGIN,
+            ),
+            fill=MASK_COLOUR,
+        )
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=quality)
+    return out.getvalue()
 
 
 def thumbnail(image_bytes: bytes, *, width: int = 320) -> bytes:

@@ -1065,9 +1065,11 @@ class Runner:
                 # changes the watch cannot see, such as one with iframes): reuse the picture.
                 record.screenshot = last.screenshot
             elif taken.masks:
-                # JPEG and a visible caret: a third of the cost of a lossless picture, on every
-                # step's critical path. Masked inputs are painted over by the browser itself.
-                record.screenshot = page.screenshot(
+                record.screenshot = watcher.masked_screenshot(
+                    taken.masks, quality=SCREENSHOT_QUALITY
+                ) or page.screenshot(
+                    # Fields in frames, or fields that moved while the picture was taken: the
+                    # browser paints the masks itself.
                     type="jpeg",
                     quality=SCREENSHOT_QUALITY,
                     caret="initial",

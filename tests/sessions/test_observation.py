@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from PIL import Image
-from playwright.sync_api import Browser, Page, Route, StorageState, expect
+from playwright.sync_api import Browser, FloatRect, Page, Route, StorageState, expect
 
 from pandaweb.demo_portal.server import PortalServer, make_server
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
@@ -289,6 +289,60 @@ def test_it_masks_secrets_in_screenshots(guarded_page: Page, demo_portal: str) -
         .getpixel((int(box["x"] + box["width"] / 2), int(box["y"] + box["height"] / 2)))
     )
     assert pixel == (255, 0, 255)
+
+
+def _pixel(jpeg: bytes, box: FloatRect | None) -> tuple[int, int, int]:
+    assert box is not None
+    image = Image.open(io.BytesIO(jpeg)).convert("RGB")
+    pixel = image.getpixel((int(box["x"] + box["width"] / 2), int(box["y"] + box["height"] / 2)))
+    assert isinstance(pixel, tuple)
+    return pixel[0], pixel[1], pixel[2]
+
+
+def _masked(pixel: tuple[int, int, int]) -> bool:
+    # A JPEG of the mask colour, not the exact colour.
+    return all(abs(have - want) <= 16 for have, want in zip(pixel, (255, 0, 255), strict=True))
+
+
+@pytest.mark.browser
+def test_the_watch_masks_a_picture_in_memory_where_the_fields_are(
+    guarded_page: Page, demo_portal: str
+) -> None:
+    guarded_page.goto(f"{demo_portal}/login")
+    username, password = (
+        guarded_page.get_by_label("Username"),
+        guarded_page.get_by_label("Password"),
+    )
+    username.fill(CANARY)
+    password.fill(DEMO_PASSWORD)
+    # Scrolled, so that viewport and document coordinates differ.
+    guarded_page.set_viewport_size({"width": 1280, "height": 700})
+    guarded_page.evaluate("document.body.style.minHeight = '3000px'; window.scrollTo(0, 60)")
+    watch = PageWatch(guarded_page)
+
+    jpeg = watch.masked_screenshot(take(guarded_page, secret_values=[CANARY]).masks, quality=85)
+
+    assert jpeg is not None
+    assert _masked(_pixel(jpeg, username.bounding_box()))
+    assert _masked(_pixel(jpeg, password.bounding_box()))
+    beside = username.bounding_box()
+    assert beside is not None
+    beside["x"] -= beside["width"] / 2 + 10  # centred 10 px left of the field
+    assert not _masked(_pixel(jpeg, beside))
+    watch.close()
+
+
+@pytest.mark.browser
+def test_the_watch_leaves_masking_a_page_with_frames_to_the_browser(
+    portal_page: Page, demo_portal: str
+) -> None:
+    portal_page.goto(f"{demo_portal}/lab/iframe")
+    watch = PageWatch(portal_page)
+
+    masks = [portal_page.locator("input").first]
+
+    assert watch.masked_screenshot(masks, quality=85) is None
+    watch.close()
 
 
 @pytest.mark.browser

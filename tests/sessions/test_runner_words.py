@@ -4,12 +4,14 @@ Chromium) through the egress proxy against the bundled demo portal on loopback."
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from PIL import Image
 from playwright.sync_api import Locator, Page
 
 from pandaweb.demo_portal.server import PortalServer
@@ -67,6 +69,15 @@ def field_value(record: Any, name: str) -> str | None:
     return next(e["value"] for e in record.observation["elements"] if e["name"] == name)
 
 
+def shows_mask(record: Any, name: str) -> bool:
+    """Whether the step's picture is painted in the mask colour at the middle of field ``name``."""
+    box = next(e["box"] for e in record.observation["elements"] if e["name"] == name)
+    image = Image.open(io.BytesIO(record.screenshot)).convert("RGB")
+    pixel = image.getpixel((box["x"] + box["width"] / 2, box["y"] + box["height"] / 2))
+    assert isinstance(pixel, tuple)
+    return all(abs(have - want) <= 16 for have, want in zip(pixel, (255, 0, 255), strict=True))
+
+
 def test_a_click_under_a_consent_dialog_says_what_covers_it(
     cdp_url: str, portal: str, tmp_path: Path
 ) -> None:
@@ -97,6 +108,10 @@ def test_a_click_under_a_consent_dialog_says_what_covers_it(
     assert field_value(code, "Username") == MASK
     assert field_value(user, "Username") == DEMO_USERNAME
     assert field_value(password, "Password") == MASK
+    # In the pictures too: the field holding the code, and the password field, are painted over.
+    assert shows_mask(code, "Username")
+    assert not shows_mask(user, "Username")
+    assert shows_mask(password, "Password")
     assert (
         user.sentence == "Fill the field labelled 'Username' with the username of credential 'acme'"
     )
