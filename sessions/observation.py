@@ -663,6 +663,8 @@ class Snapshot:
     raw: str
     secrets: frozenset[str]
     masks: list[Locator]
+    # The serialiser's selectors of the main frame's fields among ``masks``.
+    mask_paths: tuple[str, ...] = ()
     max_elements: int | None = None
     _built: Observation | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -720,23 +722,25 @@ def _take(
     # Only what must be hidden: a mask makes the screenshot change the page (Playwright draws
     # it in), which the change counter then sees.
     selectors = _Selectors(taken["steps"])
-    masks = [page.locator(selectors[ref]) for ref, _ in passwords]
+    mask_paths = [selectors[ref] for ref, _ in passwords]
+    opaque_masks = []
     if taken["opaque_frames"]:
         # A cross-origin frame's inputs are out of the serialiser's reach: mask them unseen.
-        masks += [
+        opaque_masks = [
             frame.locator("input[type=password], input[autocomplete=one-time-code]")
             for frame in page.frames[1:]
         ]
     if every_secret:
         redactor = _Redactor(every_secret)
-        touching = _refs_touching(taken["nodes"], redactor)
-        masks += [page.locator(selectors[ref]) for ref in touching]
+        mask_paths += [selectors[ref] for ref in _refs_touching(taken["nodes"], redactor)]
+    masks = [page.locator(path) for path in mask_paths] + opaque_masks
     return Snapshot(
         url=str(taken["url"]),
         title=str(taken["title"]),
         raw=raw,
         secrets=every_secret,
         masks=masks,
+        mask_paths=tuple(mask_paths),
         max_elements=max_elements,
     )
 
@@ -1298,19 +1302,25 @@ class PageWatch:
         )
         return base64.b64decode(answer["data"])
 
-    def masked_screenshot(self, masks: Sequence[Locator], *, quality: int) -> bytes | None:
-        """A JPEG of the viewport with ``masks`` painted over, or None when their place cannot
-        be known exactly (the page has frames, whose boxes are in their own coordinates).
+    def masked_screenshot(self, mask_paths: Sequence[str], *, quality: int) -> bytes | None:
+        """A JPEG of the viewport with the fields at ``mask_paths`` (``Snapshot.mask_paths``)
+        painted over, or None when their place cannot be known exactly: the page has frames
+        (whose inputs another origin may hold), or a field is gone or moved while the picture
+        was taken.
 
-        The fields' boxes are read before and after one ``Page.captureScreenshot``; only when
-        both readings agree is the picture masked in memory, else None. Playwright's masked
-        ``page.screenshot`` draws overlays into the page and removes them (a third of a second
-        on a login page), and its mask changes the page the change counter watches."""
+        The boxes are read in this watch's isolated world, where the page's scripts cannot
+        change what ``getBoundingClientRect`` says, before and after one
+        ``Page.captureScreenshot``. Playwright's masked ``page.screenshot`` draws overlays
+        into the page and removes them again (a third of a second on a login page), and
+        the overlays are changes the change counter sees."""
         if len(self.page.frames) > 1:
             return None
-        before = _boxes_of(masks)
+        read = f"({_BOXES})({json.dumps(list(mask_paths))})"
+        before = self.evaluate(read)
+        if before is None:
+            return None
         jpeg = self.screenshot(quality=quality)
-        if _boxes_of(masks) != before:
+        if self.evaluate(read) != before:
             return None
         css_width, boxes = before
         return mask_picture(jpeg, boxes, css_width=css_width, quality=quality)
@@ -1335,20 +1345,34 @@ class PageWatch:
         return answer.get("result", {}).get("value")
 
 
-_BOXES = """elements => [innerWidth, elements.map(e => {
-  const r = e.getBoundingClientRect();
-  return [r.x, r.y, r.width, r.height];
-})]"""
-
-
-def _boxes_of(masks: Sequence[Locator]) -> tuple[float, list[list[float]]]:
-    """The viewport's width and every element ``masks`` match, in viewport CSS pixels."""
-    css_width = 0.0
-    boxes: list[list[float]] = []
-    for mask in masks:
-        css_width, found = mask.evaluate_all(_BOXES)
-        boxes += found
-    return css_width, boxes
+# The boxes of the elements at the serialiser's selectors (``html>body>div:nth-child(2)>…``, a
+# step below a shadow host being one of its shadow root's children); null when one matches
+# nothing. Every element a path may mean is boxed: masking too much is safe.
+_BOXES = r"""paths => {
+  const childrenOf = node => node === document ? [document.documentElement] :
+    [...node.children, ...(node.shadowRoot ? node.shadowRoot.children : [])];
+  const position = e => {
+    let k = 1;
+    for (let c = e.previousElementSibling; c; c = c.previousElementSibling) k += 1;
+    return k;
+  };
+  const boxes = [];
+  for (const path of paths) {
+    let found = [document];
+    for (const step of path.split(">")) {
+      const [, name, nth] = /^([^:]+)(?::nth-child\((\d+)\))?$/.exec(step) || [];
+      if (!name) return null;
+      found = found.flatMap(childrenOf).filter(
+        e => e.localName === name && (!nth || position(e) === Number(nth)));
+    }
+    if (!found.length) return null;
+    for (const e of found) {
+      const r = e.getBoundingClientRect();
+      boxes.push([r.x, r.y, r.width, r.height]);
+    }
+  }
+  return [innerWidth, boxes];
+}"""
 
 
 # --- pictures -----------------------------------------------------------------------------------

@@ -1066,7 +1066,7 @@ class Runner:
                 record.screenshot = last.screenshot
             elif taken.masks:
                 record.screenshot = watcher.masked_screenshot(
-                    taken.masks, quality=SCREENSHOT_QUALITY
+                    taken.mask_paths, quality=SCREENSHOT_QUALITY
                 ) or page.screenshot(
                     # Fields in frames, or fields that moved while the picture was taken: the
                     # browser paints the masks itself.
