@@ -48,7 +48,7 @@ from PIL import Image, ImageDraw, ImageFont
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Locator, Page
 
-from sessions.screencast import MASK_COLOUR, MASK_MARGIN
+from sessions.screencast import mask_frame
 
 MASK = "••••"
 NAME_LIMIT = 80
@@ -1323,7 +1323,7 @@ class PageWatch:
         if self.evaluate(read) != before:
             return None
         css_width, boxes = before
-        return mask_picture(jpeg, boxes, css_width=css_width, quality=quality)
+        return mask_frame(jpeg, boxes, {"deviceWidth": css_width}, quality=quality).jpeg
 
     def close(self) -> None:
         """Let go of the CDP session (the page and its world stay as they are)."""
@@ -1467,32 +1467,6 @@ def outline_target(
         width=stroke,
     )
     return _png(image)
-
-
-def mask_picture(
-    jpeg: bytes, boxes: Sequence[Sequence[float]], *, css_width: float, quality: int
-) -> bytes:
-    """Paint ``boxes`` (viewport CSS pixels; the picture is ``css_width`` CSS pixels wide) over
-    ``jpeg`` as live frames are masked: in Playwright's mask colour, a little wider than each
-    field."""
-    image = Image.open(io.BytesIO(jpeg)).convert("RGB")
-    scale = image.width / css_width if css_width else 1.0
-    draw = ImageDraw.Draw(image)
-    for left, top, width, height in boxes:
-        if width <= 0 or height <= 0:
-            continue  # not shown, as Playwright's mask leaves it
-        draw.rectangle(
-            (
-                left * scale - MASK_MARGIN,
-                top * scale - MASK_MARGIN,
-                (left + width) * scale + MASK_MARGIN,
-                (top + height) * scale + MASK_MARGIN,
-            ),
-            fill=MASK_COLOUR,
-        )
-    out = io.BytesIO()
-    image.save(out, format="JPEG", quality=quality)
-    return out.getvalue()
 
 
 def thumbnail(image_bytes: bytes, *, width: int = 320) -> bytes:

@@ -117,9 +117,17 @@ class Frame:
     masks: int
 
 
-def mask_frame(jpeg: bytes, boxes: Sequence[Sequence[float]], metadata: dict[str, Any]) -> Frame:
-    """Paint ``boxes`` (document CSS pixels) over a screencast frame taken with ``metadata``.
-    The frame is decoded and encoded again only when a box lies on it."""
+def mask_frame(
+    jpeg: bytes,
+    boxes: Sequence[Sequence[float]],
+    metadata: dict[str, Any],
+    *,
+    quality: int = FRAME_QUALITY,
+) -> Frame:
+    """Paint ``boxes`` (document CSS pixels) over a screencast frame taken with ``metadata``
+    (or a screenshot: ``deviceWidth`` its width in CSS pixels, no scroll). The frame is decoded
+    and encoded again, at ``quality``, only when a box lies on it; an empty box (a field not
+    shown) is not painted."""
     image: Image.Image = Image.open(io.BytesIO(jpeg))
     device_width = float(metadata.get("deviceWidth") or image.width)
     device_height = float(metadata.get("deviceHeight") or image.height)
@@ -129,6 +137,8 @@ def mask_frame(jpeg: bytes, boxes: Sequence[Sequence[float]], metadata: dict[str
     offset_top = float(metadata.get("offsetTop") or 0.0)
     rectangles = []
     for left, top, width, height in boxes:
+        if width <= 0 or height <= 0:
+            continue
         x0 = (left - scroll_x) * scale - MASK_MARGIN
         y0 = (top - scroll_y + offset_top) * scale - MASK_MARGIN
         x1 = x0 + width * scale + 2 * MASK_MARGIN
@@ -142,7 +152,7 @@ def mask_frame(jpeg: bytes, boxes: Sequence[Sequence[float]], metadata: dict[str
         for rectangle in rectangles:
             draw.rectangle(rectangle, fill=MASK_COLOUR)
         out = io.BytesIO()
-        image.save(out, format="JPEG", quality=FRAME_QUALITY)
+        image.save(out, format="JPEG", quality=quality)
         jpeg = out.getvalue()
     return Frame(
         jpeg=jpeg,
