@@ -110,7 +110,8 @@ def approval_open(*, run: Run, gate: Any, previous: ApprovalRequest | None) -> A
         run_id=run.pk,
         approval_id=approval.pk,
     )
-    outbox_record_approval(approval=approval)
+    # Announced by the run's move to waiting (``outbox_record_run``), so the message carries
+    # the run's status after it.
     publish_pending_changed()
     _notify_reviewers(approval)
     if settings.SLACK_BOT_TOKEN and policy.slack_channel:
@@ -334,7 +335,6 @@ def _approve(run: Run, approval: ApprovalRequest) -> None:
     approval.status = A.APPROVED
     approval.decided_at = now
     approval.save(update_fields=["status", "decided_at"])
-    outbox_record_approval(approval=approval)
     waited = now - approval.created_at
     transition(
         run,
@@ -343,6 +343,8 @@ def _approve(run: Run, approval: ApprovalRequest) -> None:
         heartbeat_at=now,
         deadline_at=(run.deadline_at + waited) if run.deadline_at else None,
     )
+    # After the transition: the message describes the run as it is once this commits.
+    outbox_record_approval(approval=approval, run=run)
     publish_pending_changed()
 
 
@@ -369,10 +371,10 @@ def _close_run(
     approval.decided_at = timezone.now()
     approval.reason = reason
     approval.save(update_fields=["status", "decided_at", "reason"])
-    outbox_record_approval(approval=approval)
     sandbox = run.sandbox
     if run.status == Run.Status.AWAITING_APPROVAL:
         transition(run, Run.Status.CANCELLED, reason=reason, sandbox=None)
+    outbox_record_approval(approval=approval, run=run)
     publish_pending_changed()
     return sandbox
 

@@ -78,19 +78,46 @@ SQLITE_OPTIONS = {
 }
 
 
-def database_from_url(name: str, url: str) -> dict[str, Any]:
-    """Parse a database URL, turning the library's varied exceptions into one readable error."""
+def database_from_url(
+    name: str, url: str, *, pool_max: int = 10, pool_timeout: int = 10
+) -> dict[str, Any]:
+    """Parse a database URL, turning the library's varied exceptions into one readable error.
+
+    PostgreSQL connections come from a pool of at most ``pool_max`` per process; a request waits
+    at most ``pool_timeout`` seconds for one. ``pool_max=0``: no pool and no persistent
+    connection, each request or unit of work connects and closes (behind PgBouncer, say).
+    """
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in {"postgres", "postgresql", "pgsql", "sqlite"}:
         raise ImproperlyConfigured(
             f"{name}={url!r} is not a database URL: expected "
             "postgresql://user:password@host:port/dbname or sqlite:///path/to/db.sqlite3"
         )
+    # Persistent connections belong to the thread that opened them, and daphne runs each request
+    # on a thread of its own: they piled up idle until PostgreSQL ran out of connections. A
+    # pool bounds them per process, and hands out only connections that pass a check (a
+    # restarted server or a terminated backend costs nobody an error).
+    conn_max_age = 60 if scheme == "sqlite" else 0
     try:
-        config = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
+        config = dj_database_url.parse(url, conn_max_age=conn_max_age, conn_health_checks=True)
     except Exception as exc:  # the library raises ValueError, KeyError or its own types
         raise ImproperlyConfigured(f"{name}={url!r} could not be parsed: {exc}") from None
-    config["OPTIONS"] = {"connect_timeout": 5} if scheme != "sqlite" else dict(SQLITE_OPTIONS)
+    if scheme == "sqlite":
+        config["OPTIONS"] = dict(SQLITE_OPTIONS)
+        return dict(config)
+    config["OPTIONS"] = {"connect_timeout": 5}
+    if pool_max:
+        # The backend checks each pooled connection itself (pandaweb/core/postgresql/base.py):
+        # the pool's own check waits seconds between broken connections.
+        config["ENGINE"] = "pandaweb.core.postgresql"
+        config["CONN_HEALTH_CHECKS"] = False
+        config["OPTIONS"]["pool"] = {
+            "min_size": 1,
+            "max_size": pool_max,
+            "timeout": pool_timeout,
+            # Connections opened for a burst are closed a minute after it, down to one.
+            "max_idle": 60,
+        }
     return dict(config)
 
 
@@ -225,6 +252,8 @@ MIDDLEWARE = [
     "pandaweb.core.security.RequestSizeLimitMiddleware",
     "pandaweb.audit.context.AuditRequestMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Before anything reads the database: no free connection is a 503, not a 500.
+    "pandaweb.core.database.DatabaseAvailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -260,7 +289,14 @@ ASGI_APPLICATION = "pandaweb.asgi.application"
 
 _database_url = env_str("DATABASE_URL")
 if _database_url:
-    DATABASES = {"default": database_from_url("DATABASE_URL", _database_url)}
+    DATABASES = {
+        "default": database_from_url(
+            "DATABASE_URL",
+            _database_url,
+            pool_max=env_int("PANDAWEB_DB_POOL_MAX", 10, minimum=0),
+            pool_timeout=env_int("PANDAWEB_DB_POOL_TIMEOUT", 10, minimum=1),
+        )
+    }
 else:
     DATABASES = {
         "default": {

@@ -31,12 +31,17 @@ logger = logging.getLogger(__name__)
 S = Run.Status
 
 
-def egress_dir(run_key: str) -> Path:
-    """Where a run's egress supervisor keeps its state: beside the sandboxes, on their host
-    (and out of the browser's sight: a namespaced browser sees none of the sandbox root)."""
+def egress_root() -> Path:
+    """Where egress supervisors keep their state: beside the sandboxes, on their host (and out
+    of the browser's sight: a namespaced browser sees none of the sandbox root)."""
     from sessions.sandbox import default_root
 
-    return default_root().absolute() / "egress" / run_key
+    return default_root().absolute() / "egress"
+
+
+def egress_dir(run_key: str) -> Path:
+    """Where one run's egress supervisor keeps its state."""
+    return egress_root() / run_key
 
 
 def egress_start(*, run_key: str, allowed_hosts: list[str], deadline: float) -> Egress:

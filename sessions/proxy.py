@@ -279,6 +279,11 @@ class _BadRequest(Exception):
         self.status = status
 
 
+# Set on every answer the proxy writes itself (a 502 for an origin that closed without answering,
+# say) and stripped from every origin's answer: the runner reads it to tell "the portal did not
+# answer" from the portal's own words, which an irreversible action's outcome depends on.
+PROXY_ANSWER_HEADER = "Pandaweb-Egress-Answer"
+
 _STATUS_TEXT = {
     400: "Bad Request",
     408: "Request Timeout",
@@ -300,6 +305,8 @@ class EgressProxy:
     A refused request gets no answer: its connection is reset, so the page sees a network error.
     ``on_denied`` runs on the proxy's thread for every refusal, before the reset: keep it
     quick (hand the attempt to a queue); what it raises is logged and otherwise ignored.
+    An origin that cannot be reached, or closes or times out without answering, gets a 502 or 504
+    written by the proxy itself and marked with ``PROXY_ANSWER_HEADER``.
     """
 
     def __init__(
@@ -727,6 +734,9 @@ def _connection_tokens(headers: list[tuple[str, str]]) -> set[str]:
     return tokens
 
 
+_PROXY_ANSWER_NAME = PROXY_ANSWER_HEADER.lower().encode("ascii")
+
+
 def _rewrite_response_head(head: bytes) -> bytes:
     lines = head[:-4].split(b"\r\n")
     status_line, header_lines = lines[0], lines[1:]
@@ -742,7 +752,9 @@ def _rewrite_response_head(head: bytes) -> bytes:
     kept = [
         line
         for name, line in parsed
-        if name.decode("latin-1") not in _HOP_BY_HOP and name not in tokens
+        if name.decode("latin-1") not in _HOP_BY_HOP
+        and name not in tokens
+        and name != _PROXY_ANSWER_NAME
     ]
     # One request per client connection (see EgressProxy): tell the client not to reuse it.
     return b"\r\n".join([status_line, *kept, b"Connection: close"]) + b"\r\n\r\n"
@@ -777,6 +789,7 @@ async def _send_error(writer: asyncio.StreamWriter, status: int, message: str) -
         f"HTTP/1.1 {status} {_STATUS_TEXT.get(status, 'Error')}",
         "Content-Type: text/plain; charset=utf-8",
         f"Content-Length: {len(body)}",
+        f"{PROXY_ANSWER_HEADER}: proxy",
         "Connection: close",
     ]
     with contextlib.suppress(ConnectionError, RuntimeError):

@@ -60,6 +60,7 @@ def header_html(run: Run, viewer: Viewer, request: HttpRequest | None = None) ->
     from approvals.questions import question_refusal
     from approvals.selectors import question_pending
     from sessions.runner import STALE_SESSION
+    from sessions.services.launch import reconcile_refusal
 
     pending = run.approvals.filter(status=ApprovalRequest.Status.PENDING).first()
     question = question_pending(run) if run.status == Run.Status.AWAITING_ANSWER else None
@@ -70,8 +71,9 @@ def header_html(run: Run, viewer: Viewer, request: HttpRequest | None = None) ->
     context = {
         "run": run,
         "can_cancel": viewer.can_cancel,
-        # The launcher never settles their own run's uncertain action (see run_reconcile).
-        "can_reconcile": viewer.can_reconcile and run.launched_by_id != viewer.user_id,
+        # Neither the launcher nor the action's approvers settle it (see reconcile_refusal).
+        "can_reconcile": run.status == Run.Status.NEEDS_RECONCILIATION
+        and not reconcile_refusal(run, user_id=viewer.user_id, may_decide=viewer.can_reconcile),
         "can_audit": viewer.can_audit,
         "pending_approval": pending,
         # The launcher follows their own run's request read-only; others need the queue.

@@ -32,7 +32,13 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from sessions import observation as observing
 from sessions.driver import Connection, connect_timeout_ms, with_browser
-from sessions.outcomes import ResponseWatch, visible_refusals
+from sessions.outcomes import (
+    FailedResponse,
+    ResponseWatch,
+    answer_words,
+    proxy_answer,
+    visible_refusals,
+)
 from workflows.schema import (
     STEP_ADAPTER,
     AskStep,
@@ -180,6 +186,20 @@ class Refused(StepFailed):
 class Unconfirmed(StepFailed):
     """An irreversible action was performed and the portal showed neither its expected outcome
     nor a refusal: it may or may not have happened."""
+
+
+# Why an approved action that did not end in its outcome or a refusal may have happened, by how
+# its step ended.
+_UNCERTAIN = {
+    "unconfirmed": "the approved action was performed but the portal did not confirm it",
+    "unanswered": "the approved action was sent and its outcome is unknown",
+}
+
+
+class Unanswered(StepFailed):
+    """The step's submission got no answer from the portal (the connection closed, the egress
+    proxy answered for it, the browser gave up) or a server error: it may or may not have been
+    done, and the portal did not say no."""
 
 
 @dataclass(frozen=True)
@@ -434,7 +454,7 @@ class Runner:
         self._unexpected_dialogs: list[str] = []
         self._control_dialogs = False
         # How the current step ended when it did not simply succeed or fail.
-        self._verdict: Literal["", "refused", "unconfirmed"] = ""
+        self._verdict: Literal["", "refused", "unconfirmed", "unanswered"] = ""
         self._baseline: set[str] = set()
         # One-time codes people answered, by output name: typed into fields, masked everywhere,
         # and gone with this runner (never in ``outputs``, which are stored).
@@ -588,10 +608,8 @@ class Runner:
                     return self._outcome("failed", record.error, index, executed, step)
                 if record.status == "failed":
                     self.sink.step_finished(record)
-                    why = (
-                        "the approved action was performed but the portal did not confirm it"
-                        if self._verdict == "unconfirmed"
-                        else "the approved action failed half way and may have happened"
+                    why = _UNCERTAIN.get(
+                        self._verdict, "the approved action failed half way and may have happened"
                     )
                     return self._outcome(
                         "action_uncertain", f"{why}: {record.error}", index, executed, step
@@ -884,6 +902,10 @@ class Runner:
             self._verdict = "unconfirmed"
             record.status = "failed"
             record.error = self._scrub(str(exc))
+        except Unanswered as exc:
+            self._verdict = "unanswered"
+            record.status = "failed"
+            record.error = self._scrub(str(exc))
         except StepFailed as exc:
             record.status = "failed"
             record.error = self._scrub(str(exc))
@@ -951,24 +973,31 @@ class Runner:
     ) -> None:
         """Poll until the portal shows ``expect`` (done) or a refusal (Refused); neither within
         ``timeout`` ms raises Unconfirmed. A refusal is looked for first: its words may contain
-        the expected text ("already approved")."""
+        the expected text ("already approved"). A submission that got no answer or a server
+        error leaves it unknown: the outcome is still waited for (the page may retry), and at
+        the timeout Unanswered says what was seen, whatever the page showed then (a script's
+        "something went wrong" does not say whether the portal acted)."""
         clock = time.monotonic()
         failed_at: float | None = None
-        # After a 4xx/5xx answer, how long to wait for the page to say why in its own words.
+        # After a 4xx answer, how long to wait for the page to say why in its own words.
         grace = self._scaled(1_000) / 1000
         while True:
             page = self.page
             new = self._new_refusals(baseline)
-            if new:
+            unanswered = watch.unanswered
+            if new and not unanswered:
                 raise Refused("; ".join(new))
             now = time.monotonic()
-            if watch.failed:
-                failed_at = failed_at if failed_at is not None else now
-                if now - failed_at >= grace or (now - clock) * 1000 >= timeout:
-                    raise Refused(self._http_refusal(page, watch))
-            elif self._outcome_seen(page, expect):
+            timed_out = (now - clock) * 1000 >= timeout
+            if not watch.refusals and self._outcome_seen(page, expect):
                 return
-            if (now - clock) * 1000 >= timeout:
+            if watch.refusals and not unanswered:
+                failed_at = failed_at if failed_at is not None else now
+                if now - failed_at >= grace or timed_out:
+                    raise Refused(self._http_refusal(page, watch.refusals[0]))
+            if timed_out and unanswered:
+                raise Unanswered(self._unanswered(page, unanswered[0], new))
+            if timed_out:
                 raise Unconfirmed(
                     f"the portal showed neither the expected outcome "
                     f"({self._expect_words(expect)}) nor a refusal within {int(timeout)} ms "
@@ -987,8 +1016,7 @@ class Runner:
         except PlaywrightError:
             return False  # the page is between documents: look again
 
-    def _http_refusal(self, page: Page, watch: ResponseWatch) -> str:
-        failure = watch.failed[0]
+    def _http_refusal(self, page: Page, failure: FailedResponse) -> str:
         said = failure.describe()
         if failure.response is None:
             # An error page: its heading and first paragraph are the portal's words.
@@ -999,6 +1027,19 @@ class Runner:
             if words:
                 said = f"{words} ({said})"
         return said
+
+    def _unanswered(self, page: Page, failure: FailedResponse, new: list[str]) -> str:
+        """What was seen of a submission the portal did not answer, or answered with a server
+        error: the status or network error, the address and any words on the page."""
+        if failure.by_proxy or failure.network_error:
+            said = f"no answer from the portal: {failure.describe()}"
+        else:
+            said = f"server error: {self._http_refusal(page, failure)}"
+        if new:
+            said += f"; the page then showed: {'; '.join(new)}"
+        if page.url.startswith("chrome-error:"):
+            return f"{said} (the browser shows its own error page)"
+        return f"{said} (the browser is at {page.url})"
 
     def _expect_words(self, expect: Expect) -> str:
         """The expected outcome with this run's values in it."""
@@ -1124,6 +1165,12 @@ class Runner:
                         "workflow's allowed hosts is refused; the run page lists each refusal)"
                     ) from None
                 raise
+            if response is not None and proxy_answer(response):
+                words = answer_words(response)
+                raise StepFailed(
+                    f"{url} could not be reached: the egress proxy answered HTTP "
+                    f"{response.status}" + (f": {words}" if words else "")
+                )
             if response is not None and response.status >= 400:
                 raise StepFailed(f"{page.url} answered HTTP {response.status}")
         elif isinstance(step, ClickStep):

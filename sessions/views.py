@@ -47,6 +47,12 @@ def run_launch(request: AuthenticatedRequest, slug: str) -> HttpResponse:
                 idempotency_key=form.cleaned_data["idempotency_key"],
                 priority=form.priority(),
             )
+        except services.IdempotencyKeyReused:
+            form.add_error(
+                None,
+                "This form already launched a run with other inputs. Open the launch page "
+                "again to start another run.",
+            )
         except services.RunError as exc:
             if not exc.field_errors:
                 form.add_error(None, str(exc))

@@ -71,6 +71,23 @@ def fast_password_hashing(settings: Settings) -> None:
 
 
 @pytest.fixture(autouse=True)
+def fresh_redis_channel_layer() -> Iterator[None]:
+    """A Redis channel layer of its own for each test.
+
+    channels_redis keeps one receive lock per layer instance, and an asyncio lock binds to the
+    event loop that first waits on it. A test whose loop ends while a consumer receives leaves
+    the lock held: the next test waiting on it times out, and every later one fails with "is
+    bound to a different event loop". Messages go through Redis, so a fresh instance loses
+    nothing; the in-memory layer is left alone (a live server in this process holds it).
+    """
+    yield
+    if "channels_redis" in settings.CHANNEL_LAYERS["default"]["BACKEND"]:
+        from channels.layers import channel_layers
+
+        channel_layers.backends.pop("default", None)
+
+
+@pytest.fixture(autouse=True)
 def empty_append_only_tables(request: pytest.FixtureRequest) -> Iterator[None]:
     """After a transactional test, empty the tables whose triggers refuse deletes.
 

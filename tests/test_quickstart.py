@@ -92,6 +92,8 @@ def test_the_quickstart_command_starts_everything_and_stops_cleanly(tmp_path: Pa
             assert url_answers(f"http://127.0.0.1:{portal_port}/login")
             output = log_path.read_text()
             assert f"http://127.0.0.1:{port}/" in output
+            # The demo workflows drive the portal started here, not whatever answers on 8001.
+            assert f"demo workflow 'acme-pay-invoice' aimed at 127.0.0.1:{portal_port}" in output
             assert re.search(r"olivia\.operator\s+\S{12,}", output), output
             assert re.search(r"ada\.admin\s+\S{12,}", output), output
             assert "using the system Chromium" in output or "installed Chromium" in output

@@ -63,10 +63,45 @@ def load_document(text: str | bytes) -> WorkflowDocument:
             f"(expected a first line 'pandaweb: {FORMAT_VERSION}')",
             line=_line_of(root, ("pandaweb",)) or 1,
         )
+    nul_problems = _null_characters(root, data)
+    if nul_problems:
+        raise DocumentError(nul_problems)
     try:
         return WorkflowDocument.model_validate(data)
     except ValidationError as exc:
         raise DocumentError(_located(exc, root, data)) from None
+
+
+def _nul_paths(value: Any, path: tuple[str | int, ...]) -> list[tuple[str | int, ...]]:
+    if isinstance(value, str):
+        return [path] if "\x00" in value else []
+    found: list[tuple[str | int, ...]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += [(*path, str(key))] if "\x00" in str(key) else []
+            found += _nul_paths(item, (*path, str(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _nul_paths(item, (*path, index))
+    return found
+
+
+def _null_characters(root: yaml.Node | None, data: dict[str, Any]) -> list[LocatedProblem]:
+    """A NUL anywhere in the file, named where it is: the database cannot store one, so it
+    would otherwise fail the save after every other check passed."""
+    steps = data.get("steps") if isinstance(data.get("steps"), list) else []
+    session = data.get("session")
+    session_steps = session.get("steps") if isinstance(session, dict) else None
+    return [
+        LocatedProblem(
+            where=Problem(path=path, message="").where(
+                steps, session_steps=session_steps if isinstance(session_steps, list) else None
+            ),
+            message="null characters are not allowed",
+            line=_line_of(root, path),
+        )
+        for path in _nul_paths(data, ())
+    ]
 
 
 def locate(

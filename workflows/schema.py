@@ -538,7 +538,7 @@ STEP_TYPES: tuple[str, ...] = (
 STRING_MAX_LENGTH_DEFAULT = 1_000
 STRING_MAX_LENGTH_CAP = 10_000
 OTHER_MAX_LENGTH = 64
-_PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)", re.ASCII)
 
 
 class Parameter(Strict):
@@ -587,7 +587,7 @@ class Parameter(Strict):
             raise ValueError("an enum parameter needs a list of choices")
         if self.pattern is not None:
             try:
-                re.compile(self.pattern)
+                re.compile(self.pattern, re.ASCII)
             except re.error as exc:
                 raise ValueError(f"'pattern' is not a regular expression: {exc}") from None
         for bound in ("minimum", "maximum"):
@@ -615,7 +615,9 @@ class Parameter(Strict):
         if self.type == "string":
             if self.min_length is not None and len(text) < self.min_length:
                 raise ValueError(f"must be at least {self.min_length} characters")
-            if self.pattern is not None and not re.fullmatch(self.pattern, text):
+            # ASCII: the pattern is published in the JSON Schema, where \d and \w mean ASCII
+            # digits and word characters, not Python's Unicode classes.
+            if self.pattern is not None and not re.fullmatch(self.pattern, text, re.ASCII):
                 raise ValueError(f"must match the pattern {self.pattern}")
             return text
         if self.type == "enum":

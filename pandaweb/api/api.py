@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import mimetypes
 import re
 from datetime import date, datetime
@@ -31,6 +32,7 @@ from approvals.questions import MASK, QuestionRefused, question_answer
 from approvals.services import ApprovalRefused, approval_decide, approval_refusal
 from pandaweb.api import problems, ratelimit
 from pandaweb.api.jsonschema import parameters_schema
+from pandaweb.api.parsing import refuse_nul_characters
 from pandaweb.api.problems import Problem
 from pandaweb.api.schemas import (
     AnswerIn,
@@ -55,19 +57,18 @@ from pandaweb.audit import selectors as audit_selectors
 from pandaweb.audit.bundles import run_bundle_to_file
 from pandaweb.audit.export import ExportError
 from pandaweb.audit.exports import AuditExportError, audit_export_to_file
-from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_verify_database
 from pandaweb.core.security import with_docs_policy
 from sessions import selectors as run_selectors
 from sessions.models import Artifact, Run, StepResult
 from sessions.services import (
+    IdempotencyKeyReused,
     RunError,
     TransitionRefused,
-    coerce_inputs,
     parse_priority,
     queue_position,
     run_cancel,
-    run_launch,
+    run_launch_once,
 )
 from workflows import selectors as workflow_selectors
 from workflows.fileformat import dump_document
@@ -101,8 +102,13 @@ class TokenAuth(HttpBearer):
             )
         # Audit events written while this request is handled name the token (audit_record).
         request.api_token = context  # type: ignore[attr-defined]
+        # Here, before any operation reads its parameters: ninja reports an exception from its
+        # body parser as "cannot parse", not as the field at fault.
+        refuse_nul_characters(request)
         return context
 
+
+logger = logging.getLogger(__name__)
 
 api = NinjaAPI(
     title="pandaweb API",
@@ -161,6 +167,21 @@ def _forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return problems.render(request, Problem(exc.status_code, str(exc)))
+
+
+@api.exception_handler(Exception)
+def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # A client gets a problem document it can act on; what failed goes to the log only (the
+    # message of an unexpected error may name internals).
+    logger.exception("API request %s %s failed", request.method, request.path)
+    return problems.render(
+        request,
+        Problem(
+            500,
+            "the server could not handle this request; the error is in its log",
+            type="internal-error",
+        ),
+    )
 
 
 def _auth(request: HttpRequest, scope: Scope) -> TokenContext:
@@ -420,25 +441,6 @@ def _run_out(run: Run) -> RunOut:
     )
 
 
-def _same_body(run: Run, payload: RunLaunchIn) -> bool:
-    if run.workflow.slug != payload.workflow:
-        return False
-    try:
-        return coerce_inputs(run.version, payload.inputs) == run.inputs
-    except RunError:
-        return False
-
-
-def _replayed(run: Run, payload: RunLaunchIn, key: str) -> RunOut:
-    if not _same_body(run, payload):
-        raise Problem(
-            409,
-            f"the Idempotency-Key {key!r} was used for a different request (run {run.pk})",
-            type="idempotency-key-reused",
-        )
-    return _run_out(run)
-
-
 @runs.post("/", response={200: RunOut, 201: RunOut}, url_name="run_launch", summary="Launch a run")
 def launch(
     request: HttpRequest,
@@ -455,17 +457,7 @@ def launch(
     same service as the launch form). 201 with the new run; 200 with the earlier run of the same
     Idempotency-Key and body."""
     context = _auth(request, Scope.RUNS_LAUNCH)
-    user = context.user
-    key = idempotency_key.strip()
     workflow = Workflow.objects.filter(slug=payload.workflow).only("pk").first()
-    if key:
-        earlier = (
-            Run.objects.select_related("workflow", "version", "launched_by")
-            .filter(launched_by=user, idempotency_key=key)
-            .first()
-        )
-        if earlier is not None:
-            return Status(200, _replayed(earlier, payload, key))
     if workflow is None:
         raise Problem(
             422,
@@ -476,19 +468,20 @@ def launch(
         )
     try:
         priority = parse_priority(payload.priority)
-    except RunError as exc:
-        raise Problem(
-            422, "the request is not valid", errors=problems.field_errors(exc.field_errors)
-        ) from None
-    try:
-        run = run_launch(
+        run, created = run_launch_once(
             workflow_id=workflow.pk,
-            user=user,
+            user=context.user,
             raw_inputs=payload.inputs,
-            idempotency_key=key,
+            idempotency_key=idempotency_key,
             priority=priority,
         )
+    except IdempotencyKeyReused as exc:
+        raise Problem(409, str(exc), type="idempotency-key-reused") from None
     except RunError as exc:
+        if "priority" in exc.field_errors:
+            raise Problem(
+                422, "the request is not valid", errors=problems.field_errors(exc.field_errors)
+            ) from None
         if exc.field_errors:
             raise Problem(
                 422,
@@ -496,22 +489,7 @@ def launch(
                 errors=problems.field_errors(exc.field_errors, under="inputs"),
             ) from None
         raise Problem(409, str(exc)) from None
-    run = run_selectors.run_get(run.pk)
-    if key and not _launched_here(request, run):
-        # Lost a race with a concurrent request of the same key: that one made the run.
-        return Status(200, _replayed(run, payload, key))
-    return Status(201, _run_out(run))
-
-
-def _launched_here(request: HttpRequest, run: Run) -> bool:
-    """Whether this request made ``run``: its launch event carries this request's id."""
-    request_id = getattr(request, "request_id", "")
-    return (
-        bool(request_id)
-        and AuditEvent.objects.filter(
-            action="run.launched", run_id=run.pk, request_id=request_id
-        ).exists()
-    )
+    return Status(201 if created else 200, _run_out(run))
 
 
 def _cursor(before_id: int) -> str:

@@ -12,8 +12,9 @@ import asyncio
 import json
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db import OperationalError
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
@@ -21,6 +22,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from pandaweb.api.mcp_server import build_server
 from pandaweb.api.services import token_authenticate
+from pandaweb.core.database import BUSY, RETRY_AFTER_SECONDS
 
 PATH = "/mcp"
 
@@ -89,7 +91,13 @@ class McpEndpoint:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         raw = _bearer(headers)
-        token = await sync_to_async(token_authenticate)(raw) if raw else None
+        try:
+            token = await database_sync_to_async(token_authenticate)(raw) if raw else None
+        except OperationalError:
+            # As the dashboard's own requests (pandaweb/core/database.py): no free connection,
+            # or none the server would give, is a 503 to retry, not a 500.
+            await _answer(send, 503, BUSY, [(b"retry-after", str(RETRY_AFTER_SECONDS).encode())])
+            return
         if token is None:
             await _answer(
                 send,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.urls import reverse
 from mcp import types
@@ -33,6 +33,7 @@ from mcp.shared.exceptions import MCPError
 from approvals.models import ApprovalRequest
 from pandaweb.api import ratelimit
 from pandaweb.api.jsonschema import parameters_schema
+from pandaweb.api.parsing import NUL_MESSAGE, nul_fields
 from pandaweb.api.scopes import Scope
 from pandaweb.api.services import TokenContext, token_authenticate
 from pandaweb.audit.context import current_request
@@ -319,11 +320,12 @@ def cancel_for(caller: Caller, run_id: Any, request_id: Any) -> Run:
     return Run.objects.select_related("workflow").get(pk=run.pk)
 
 
-def _progress(run_id: int) -> tuple[Run, int, str]:
+def _progress(run_id: int, reported: int) -> tuple[Run, list[str]]:
+    """The run, then the sentences of its steps recorded after the first ``reported``: several
+    steps may finish between two polls, and each gets its own notification."""
     run = Run.objects.select_related("workflow").get(pk=run_id)
-    last = StepResult.objects.filter(run_id=run_id).order_by("-index").only("sentence").first()
-    count = StepResult.objects.filter(run_id=run_id).count()
-    return run, count, last.sentence if last is not None else ""
+    steps = StepResult.objects.filter(run_id=run_id).order_by("index", "pk")
+    return run, list(steps.values_list("sentence", flat=True)[reported:])
 
 
 def read_resource_for(
@@ -396,15 +398,21 @@ def build_server(
     wait_seconds: float = CALL_WAIT_SECONDS,
 ) -> Server[Any]:
     """The MCP server. ``raw_token_of`` finds the caller's token secret in a request's context
-    (the HTTP ``Authorization`` header, or the stdio command's ``--token``)."""
+    (the HTTP ``Authorization`` header, or the stdio command's ``--token``).
+
+    Its handlers run outside Django's request cycle, so each database call goes through
+    ``database_sync_to_async``, which does that cycle's part: the connection goes back after the
+    call and the next call gets a checked one. Plain ``sync_to_async`` would keep one connection
+    on its thread for good: once the server closed it, every call would fail until a restart.
+    """
 
     async def caller_of(ctx: ServerRequestContext[Any, Any], *, count: bool) -> Caller:
         raw = raw_token_of(ctx) or ""
-        token = await sync_to_async(token_authenticate)(raw)
+        token = await database_sync_to_async(token_authenticate)(raw)
         if token is None:
             raise MCPError(-32001, "The token is unknown, revoked or expired.")
         if count:
-            verdict = await sync_to_async(ratelimit.check)(
+            verdict = await database_sync_to_async(ratelimit.check)(
                 ratelimit.default_counter(),
                 f"token:{token.token_id}",
                 limit=settings.API_RATE_LIMIT_PER_MINUTE,
@@ -433,7 +441,7 @@ def build_server(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         caller = await caller_of(ctx, count=False)
-        tools = await sync_to_async(list_tools_for)(caller.token)
+        tools = await database_sync_to_async(list_tools_for)(caller.token)
         return types.ListToolsResult(tools=tools)
 
     async def follow(
@@ -443,11 +451,11 @@ def build_server(
         deadline = loop.time() + wait_seconds
         reported = 0
         while True:
-            run, count, sentence = await sync_to_async(_progress)(run_id)
-            if count > reported:
-                reported = count
+            run, sentences = await database_sync_to_async(_progress)(run_id, reported)
+            for sentence in sentences:
+                reported += 1
                 await ctx.session.report_progress(
-                    count, float(total) if total else None, sentence[:200] or None
+                    reported, float(total) if total else None, sentence[:200] or None
                 )
             if run.status not in (Run.Status.QUEUED, *Run.ACTIVE) or (
                 run.status in Run.WAITING_FOR_PEOPLE
@@ -456,7 +464,7 @@ def build_server(
             if loop.time() >= deadline:
                 break
             await asyncio.sleep(POLL_SECONDS)
-        answer, is_error = await sync_to_async(describe)(run, caller.base_url)
+        answer, is_error = await database_sync_to_async(describe)(run, caller.base_url)
         return _text_result(answer, is_error)
 
     async def call_tool(
@@ -465,19 +473,23 @@ def build_server(
         caller = await caller_of(ctx, count=True)
         arguments = dict(params.arguments or {})
         try:
+            if fields := nul_fields(arguments):
+                raise ToolRefused(f"{NUL_MESSAGE} Found in: {', '.join(fields)}.")
             if params.name in (STATUS_TOOL, CANCEL_TOOL):
                 if not caller.token.allows(Scope.TOOLS_CALL):
                     raise ToolRefused(f"Unknown tool {params.name!r}.")
                 if params.name == CANCEL_TOOL:
-                    run = await sync_to_async(cancel_for)(
+                    run = await database_sync_to_async(cancel_for)(
                         caller, arguments.get("run_id"), ctx.request_id
                     )
                 else:
-                    run = await sync_to_async(_own_run)(caller.token, arguments.get("run_id"))
-                answer, _ = await sync_to_async(describe)(run, caller.base_url)
+                    run = await database_sync_to_async(_own_run)(
+                        caller.token, arguments.get("run_id")
+                    )
+                answer, _ = await database_sync_to_async(describe)(run, caller.base_url)
                 # The question was answered, even when the run failed: no tool error.
                 return _text_result(answer, False)
-            run_id, total = await sync_to_async(launch_for)(
+            run_id, total = await database_sync_to_async(launch_for)(
                 caller, params.name, arguments, ctx.request_id
             )
         except ToolRefused as exc:
@@ -511,7 +523,9 @@ def build_server(
     ) -> types.ReadResourceResult:
         caller = await caller_of(ctx, count=True)
         try:
-            contents = await sync_to_async(read_resource_for)(caller.token, str(params.uri))
+            contents = await database_sync_to_async(read_resource_for)(
+                caller.token, str(params.uri)
+            )
         except ToolRefused as exc:
             raise MCPError(-32002, str(exc)) from None
         return types.ReadResourceResult(contents=[contents])

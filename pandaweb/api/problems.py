@@ -23,6 +23,7 @@ TITLES = {
     422: "Invalid request",
     429: "Too many requests",
     500: "Server error",
+    503: "Service unavailable",
 }
 
 

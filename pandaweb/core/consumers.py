@@ -11,8 +11,8 @@ from channels.db import database_sync_to_async
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# Each thread keeps its own database connection (CONN_MAX_AGE): a few per daphne process, not
-# one per thread of the loop's default pool (up to 32).
+# Each read takes a connection from the process's pool and gives it back after: a few threads
+# bound how many of them consumer reads hold at once, not the loop's default pool (up to 32).
 READ_THREADS = 4
 _reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="consumer-reads")
 
@@ -23,6 +23,7 @@ def read_only(func: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
     ``database_sync_to_async`` runs on daphne's one thread for sync code, where every HTTP view
     runs too: behind a burst of launches and decisions a page's websocket handshake waited more
     than daphne's 5 s and was refused. Reads need no ordering with that thread's writes (each
-    sees what was committed), so they run beside it, each thread with its own connection.
+    sees what was committed), so they run beside it. Like a request, each read starts with a
+    working connection (one the server closed is replaced) and gives it back when done.
     """
     return database_sync_to_async(func, thread_sensitive=False, executor=_reads)

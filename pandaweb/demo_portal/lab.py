@@ -628,6 +628,52 @@ document.getElementById("archive").addEventListener("click", function () {{
     return _lab_page(f"Order {LAB_ORDER}", content, user)
 
 
+def orders_page(user: User, *, refused: bool) -> str:
+    """An order list whose row menu holds a red "Cancel order" item: a warning colour on a
+    control, not a message. Cancelling a delivered order is refused in an alert."""
+    answer = (
+        f'<div class="alert error" role="alert">Order {LAB_ORDER} was delivered on 14 November '
+        "2026; it can no longer be cancelled.</div>"
+        if refused
+        else ""
+    )
+    content = f"""<h1>Orders</h1>
+{answer}
+<section class="card table-card">
+<table class="table" id="orders"><thead><tr><th>Order</th><th>Status</th><th></th></tr></thead>
+<tbody><tr><td>{LAB_ORDER}</td><td>Delivered</td><td class="row-menu">
+  <button class="btn secondary" type="button" id="order-actions" aria-haspopup="menu"
+    aria-expanded="false" aria-controls="order-menu">Actions for {LAB_ORDER}</button>
+  <div role="menu" id="order-menu" aria-labelledby="order-actions" hidden>
+    <div role="menuitem" tabindex="-1" class="menu-item">View order</div>
+    <div role="menuitem" tabindex="-1" class="menu-item">Download delivery note</div>
+    <div role="menuitem" tabindex="-1" class="menu-item menu-item-danger"
+      id="cancel-order">Cancel order</div>
+  </div>
+</td></tr></tbody></table>
+</section>
+<form method="post" action="/lab/orders/cancel" id="cancel-form"></form>
+<script>
+var toggle = document.getElementById("order-actions");
+var menu = document.getElementById("order-menu");
+toggle.addEventListener("click", function () {{
+  menu.hidden = !menu.hidden;
+  toggle.setAttribute("aria-expanded", String(!menu.hidden));
+}});
+document.getElementById("cancel-order").addEventListener("click", function () {{
+  document.getElementById("cancel-form").submit();
+}});
+</script>"""
+    head = """<style>
+.row-menu { position: relative; }
+[role="menu"] { position: absolute; right: 0; z-index: 10; background: #fff; padding: 4px 0;
+  border: 1px solid #bcccdc; border-radius: 6px; box-shadow: 0 8px 24px rgba(0, 0, 0, .12); }
+.menu-item { padding: 8px 16px; cursor: pointer; white-space: nowrap; }
+.menu-item-danger { color: #c62828; }
+</style>"""
+    return _lab_page("Orders", content, user, head=head)
+
+
 LAB_SMS_PHONE = "+49 151 ••• 4711"
 LAB_PAYOUT_IBAN = "DE02 1203 0000 0000 2020 51"
 

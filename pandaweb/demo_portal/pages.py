@@ -255,6 +255,7 @@ LAB_PAGES: tuple[tuple[str, str, str], ...] = (
     ("/lab/transfer", "Transfer", "a submission the payment service answers with HTTP 503"),
     ("/lab/supplier", "Remove a supplier", "a native confirm() before an irreversible action"),
     ("/lab/archive", "Archive an order", "a native prompt() asking for the order number"),
+    ("/lab/orders", "Order menu", 'a row menu with a red "Cancel order" item'),
     ("/lab/sms", "Change payout account", "a code sent by SMS that a person has to type"),
     ("/lab/transactions", "Transactions", "a 1,000-row table, a checkbox and two buttons a row"),
     ("/lab/products", "Office supplies", "a 300-card product grid"),

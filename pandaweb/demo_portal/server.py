@@ -420,6 +420,14 @@ def lab_archive_post(state: PortalState, request: Request, match: re.Match[str])
     return redirect("/lab/archive")
 
 
+def lab_orders(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    return html(lab.orders_page(_user(request), refused=False))
+
+
+def lab_order_cancel(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    return html(lab.orders_page(_user(request), refused=True))
+
+
 def lab_sms(state: PortalState, request: Request, match: re.Match[str]) -> Response:
     stage = request.query.get("stage", "start")
     if stage not in ("start", "sent", "wrong", "confirmed"):
@@ -508,6 +516,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", re.compile(r"/lab/products"), _lab_view(lab.dense_grid_page)),
     Route("GET", re.compile(r"/lab/mega-menu"), _lab_view(lab.mega_menu_page)),
     Route("POST", re.compile(r"/lab/archive"), lab_archive_post),
+    Route("GET", re.compile(r"/lab/orders"), lab_orders),
+    Route("POST", re.compile(r"/lab/orders/cancel"), lab_order_cancel),
     Route("GET", re.compile(r"/lab/sms"), lab_sms),
     Route("POST", re.compile(r"/lab/sms/send"), lab_sms_send),
     Route("POST", re.compile(r"/lab/sms/confirm"), lab_sms_confirm),
@@ -560,6 +570,9 @@ class PortalServer(ThreadingHTTPServer):
         # Paths whose answer waits until the event is set (at most a minute): a test orders two
         # browsers' requests by what happened, not by how long it took.
         self.held_paths: dict[str, threading.Event] = {}
+        # Paths whose answer to a POST is lost after the portal acted: the connection closes
+        # without a response, as when a forwarder in front of the portal drops it.
+        self.dropped_paths: set[str] = set()
 
 
 class PortalHandler(BaseHTTPRequestHandler):
@@ -616,6 +629,9 @@ class PortalHandler(BaseHTTPRequestHandler):
         for pattern, released in list(server.held_paths.items()):
             if re.search(pattern, url.path):
                 released.wait(60)
+        if method == "POST" and any(re.search(p, url.path) for p in server.dropped_paths):
+            self.close_connection = True
+            return
         self._send(response)
 
     def _send(self, response: Response) -> None:

@@ -37,8 +37,9 @@ def run_data(run: Run) -> dict[str, Any]:
     }
 
 
-def approval_data(approval: ApprovalRequest) -> dict[str, Any]:
-    run = approval.run
+def approval_data(approval: ApprovalRequest, run: Run | None = None) -> dict[str, Any]:
+    """``run`` is the approval's run as the caller holds it (locked, after its transition)."""
+    run = run if run is not None else approval.run
     return {
         "id": approval.pk,
         "status": approval.status,

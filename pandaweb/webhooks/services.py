@@ -243,7 +243,9 @@ def outbox_record(
         return []
     now = timezone.now()
     data = (
-        payloads.approval_data(approval) if approval is not None else payloads.run_data(subject_run)
+        payloads.approval_data(approval, subject_run)
+        if approval is not None
+        else payloads.run_data(subject_run)
     )
     body = {"type": event, "timestamp": now.isoformat(), "data": data}
     messages = Message.objects.bulk_create(
@@ -264,18 +266,27 @@ def outbox_record(
 
 
 def outbox_record_run(*, run: Run) -> None:
-    """Announce a run's new status if it is one subscribers hear about (inside its transaction)."""
+    """Announce a run's new status if it is one subscribers hear about (inside its transaction,
+    after the transition). A run that starts waiting for approval announces its new request:
+    the request is opened before the run moves, and its message must say the run waits."""
+    if run.status == Run.Status.AWAITING_APPROVAL:
+        approval = run.approvals.filter(status=ApprovalRequest.Status.PENDING).order_by("pk").last()
+        if approval is not None:
+            outbox_record_approval(approval=approval, run=run)
+        return
     event = RUN_EVENTS.get(run.status)
     if event is not None:
         outbox_record(event=event, run=run)
 
 
-def outbox_record_approval(*, approval: ApprovalRequest) -> None:
-    """Announce an approval that was just opened or closed (inside its transaction)."""
+def outbox_record_approval(*, approval: ApprovalRequest, run: Run | None = None) -> None:
+    """Announce an approval that was just opened or closed (inside its transaction, after the
+    run's transition if there is one). ``run`` is the locked run, so the message carries its
+    status after the change rather than a copy read before it."""
     if approval.status == ApprovalRequest.Status.PENDING:
-        outbox_record(event=Event.APPROVAL_REQUESTED, approval=approval)
+        outbox_record(event=Event.APPROVAL_REQUESTED, run=run, approval=approval)
     elif approval.status in APPROVAL_DECIDED_STATUSES:
-        outbox_record(event=Event.APPROVAL_DECIDED, approval=approval)
+        outbox_record(event=Event.APPROVAL_DECIDED, run=run, approval=approval)
 
 
 # Delivery ----------------------------------------------------------------------------------------

@@ -5,13 +5,17 @@ network, mount, PID and IPC namespaces (see ``sessions.sandbox.namespaces``): th
 reach nothing but the run's proxy. Elsewhere it is isolated by a fresh profile, a private HOME
 and a process group only, and the sandbox's ``details["isolation_warning"]`` says so; its only
 route out is then its ``--proxy-server`` flag. ``PANDAWEB_LOCAL_NAMESPACES`` (``auto``, ``on`` or
-``off``) chooses. Either way CDP listens on host loopback only, and the browser dies at its
-deadline even if the worker that started it is killed. The microVM backend adds a guest kernel.
+``off``) chooses. In namespaces the browser's CDP is reached only through the run's CDP gate
+(``sessions.sandbox.cdp_gate``), which forwards nothing without the run's secret; without them
+it listens on host loopback, open to every local process, and the warning says that too. The
+browser dies at its deadline even if the worker that started it is killed. The microVM backend
+adds a guest kernel.
 
 Layout of ``<root>/<run_key>/`` (0700): ``.pandaweb-sandbox`` (marker), ``deadline`` (epoch,
 rewritten by ``extend``), ``pgid``, ``sandbox.json`` (``Sandbox.to_dict()``), ``profile/``,
 ``home/``, ``downloads/``, ``chromium.log``, ``watchdog.log``; with namespaces also
-``ns.fstab``, ``unshare.pid``, ``proxy.sock``, ``cdp.sock`` and the relays' logs.
+``ns.fstab``, ``unshare.pid``, ``proxy.sock``, ``cdp.sock``, ``cdp.secret``, ``cdp-gate.port``
+and the relays' logs.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import functools
 import json
 import logging
 import os
+import secrets
 import socket
 import subprocess
 import time
@@ -29,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sessions.sandbox import namespaces
+from sessions.sandbox import cdp_gate, namespaces
 from sessions.sandbox._proc import (
     DEADLINE_FILE,
     MARKER,
@@ -79,13 +84,20 @@ def _tail(path: Path, lines: int = 8) -> str:
     return "\n".join(kept[-lines:])
 
 
-def _port(port_file: Path) -> int | None:
-    """The debugging port Chromium wrote to its profile, once it listens."""
+def _direct_address(port_file: Path) -> str | None:
+    """The browser's own debugging address, from the port it wrote to its profile, once it
+    listens."""
     with contextlib.suppress(FileNotFoundError, ValueError, IndexError):
         port = int(port_file.read_text().split()[0])
         if 0 < port < 65536:
-            return port
+            return f"http://127.0.0.1:{port}"
     return None
+
+
+def _gated_address(workdir: Path, secret: str) -> str | None:
+    """The run's address at its CDP gate, once the browser listens behind it."""
+    port = namespaces.relay_port(workdir)
+    return None if port is None else f"http://127.0.0.1:{port}/{secret}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,18 +160,21 @@ class LocalBackend(WorkdirSandboxes):
         try:
             (workdir / MARKER).touch(mode=0o600)
             atomic_write(workdir / DEADLINE_FILE, repr(started + spec.ttl_seconds))
+            secret = secrets.token_urlsafe(32)
+            if isolation.support is not None:
+                atomic_write(workdir / cdp_gate.SECRET_FILE, secret)
             browser = self._spawn_browser(chromium, spec, workdir, isolation.support)
             procs.append(browser)
             atomic_write(workdir / PGID_FILE, f"{browser.pid} {browser.pid}")
             # Started before waiting for CDP: a worker killed during start-up is covered too.
             watchdog = spawn_watchdog(workdir, browser.pid)
             procs.append(watchdog)
-            find_port = (
-                functools.partial(_port, workdir / "profile" / "DevToolsActivePort")
+            find_address = (
+                functools.partial(_direct_address, workdir / "profile" / "DevToolsActivePort")
                 if isolation.support is None
-                else functools.partial(namespaces.relay_port, workdir)
+                else functools.partial(_gated_address, workdir, secret)
             )
-            cdp_url, version = self._wait_ready(browser, workdir, t0, find_port)
+            cdp_url, version = self._wait_ready(browser, workdir, t0, find_address)
             if watchdog.poll() is not None:
                 # Without its dead-man's switch a sandbox must not be handed out at all.
                 tail = _tail(workdir / "watchdog.log")
@@ -220,7 +235,10 @@ class LocalBackend(WorkdirSandboxes):
             return _Isolation(support, support.isolation)
         if self.namespaces == "on":
             raise SandboxError(f"the browser cannot be put in namespaces: {problem}")
-        warning = f"{problem}: the browser's egress is enforced by its proxy flag only"
+        warning = (
+            f"{problem}: the browser's egress is enforced by its proxy flag only, and its "
+            "debugging port is open to every process on this host"
+        )
         logger.warning("sandbox %s without namespaces: %s", run_key, warning)
         return _Isolation(None, PROCESS_GROUP_ONLY, warning)
 
@@ -315,7 +333,7 @@ class LocalBackend(WorkdirSandboxes):
         browser: subprocess.Popen[bytes],
         workdir: Path,
         t0: float,
-        find_port: Callable[[], int | None],
+        find_address: Callable[[], str | None],
     ) -> tuple[str, dict[str, Any]]:
         cdp_url = ""
         while True:
@@ -327,9 +345,7 @@ class LocalBackend(WorkdirSandboxes):
                     + (f"; last lines of its log:\n{tail}" if tail else "")
                 )
             if not cdp_url:
-                port = find_port()
-                if port is not None:
-                    cdp_url = f"http://127.0.0.1:{port}"
+                cdp_url = find_address() or ""
             if cdp_url:
                 version = json_version(cdp_url, timeout=1.0)
                 if version is not None:

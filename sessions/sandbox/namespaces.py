@@ -6,8 +6,9 @@ inside a user namespace, where it is root), and holds no capability at all:
 - Its network namespace has nothing but a loopback interface. The only way out is a relay that
   listens on the namespace's ``127.0.0.1:3128`` and forwards to ``proxy.sock`` in the workdir,
   where a relay on the host connects to the run's real proxy: path-named Unix sockets cross
-  network namespaces, nothing else does. CDP comes in the other way, from a host loopback port
-  through ``cdp.sock`` to the browser's ``127.0.0.1:9222``.
+  network namespaces, nothing else does. CDP comes in the other way, through the run's CDP gate
+  (``sessions.sandbox.cdp_gate``: a host loopback port that forwards only requests carrying the
+  run's secret) and ``cdp.sock`` to the browser's ``127.0.0.1:9222``.
 - Its mount namespace has fresh, empty tmpfs on ``/tmp``, ``/run`` and ``/dev/shm`` (the host's
   service sockets and shared memory live there), on the sandbox root (hiding every other run's
   directory and sockets) with only its own workdir bound back in, and on ``profile/``; and a
@@ -21,7 +22,7 @@ workdir on its command line, so the watchdog and ``stop_browser`` find them all:
 
     sh <workdir> ...                    host side: a SIGTERM kills the whole group at once; when
       socat (proxy.sock → the proxy)    unshare ends (the browser exited) it stops the relays
-      socat (127.0.0.1:N → cdp.sock)    and exits with the browser's status
+      cdp_gate (127.0.0.1:N → cdp.sock) and exits with the browser's status
       unshare ... sh <workdir> ...      PID 1 inside: mounts, lo up, the inner relays, waits
         socat (127.0.0.1:3128 → proxy.sock)
         socat (cdp.sock → 127.0.0.1:9222)
@@ -38,10 +39,13 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+from sessions.sandbox import cdp_gate
 
 __all__ = [
     "INNER_CDP_PORT",
@@ -58,7 +62,7 @@ __all__ = [
 
 INNER_CDP_PORT = 9222
 INNER_PROXY_PORT = 3128
-_CDP_RELAY_LOG = "cdp-relay.log"
+_CDP_GATE_LOG = "cdp-gate.log"
 # The pid of unshare, which itself lives in the new network namespace.
 _UNSHARE_PID = "unshare.pid"
 
@@ -72,9 +76,6 @@ _SAFE_PATH = re.compile(r"/[A-Za-z0-9_./-]+")
 
 # The browser's CDP socket in /proc/net/tcp: 127.0.0.1:9222, any remote, state LISTEN.
 _CDP_LISTENING = f"0100007F:{INNER_CDP_PORT:04X} 00000000:0000 0A"
-
-# socat -d -d reports the port the kernel chose for TCP-LISTEN:0.
-_LISTENING = re.compile(rb"listening on AF=2 127\.0\.0\.1:(\d+)")
 
 # The mounts, in order, as an fstab for one ``mount --all`` (one program started instead of six
 # while the browser waits). The sources are named "sandbox" because mount skips an entry whose
@@ -131,7 +132,7 @@ _HOST = """\
 trap 'kill -KILL 0' TERM
 w=$1
 {socat} -lf "$w/proxy-relay.log" "UNIX-LISTEN:$w/proxy.sock,fork,mode=600" "TCP:$2" &
-{socat} -d -d -lf "$w/{cdp_log}" TCP-LISTEN:0,bind=127.0.0.1,fork "UNIX-CONNECT:$w/cdp.sock" &
+{gate} "$w" "unix:$w/cdp.sock" 2>"$w/{gate_log}" &
 shift 2
 "$@" &
 echo $! > "$w/{unshare_pid}"
@@ -301,7 +302,9 @@ def command(support: Support, *, workdir: Path, proxy_url: str, browser: list[st
     return [
         "sh",
         "-c",
-        _HOST.format(socat=socat, cdp_log=_CDP_RELAY_LOG, unshare_pid=_UNSHARE_PID),
+        _HOST.format(
+            socat=socat, gate=_gate_command(), gate_log=_CDP_GATE_LOG, unshare_pid=_UNSHARE_PID
+        ),
         "pandaweb-sandbox",
         str(workdir),
         f"{host}:{parts.port}",
@@ -315,8 +318,13 @@ def command(support: Support, *, workdir: Path, proxy_url: str, browser: list[st
     ]
 
 
+def _gate_command() -> str:
+    # By path with -S: standard library only, so it starts fast and needs the project on no path.
+    return " ".join(shlex.quote(part) for part in (sys.executable, "-S", cdp_gate.__file__))
+
+
 def relay_port(workdir: Path) -> int | None:
-    """The host loopback port of the CDP relay once the browser listens behind it and the proxy
+    """The host loopback port of the CDP gate once the browser listens behind it and the proxy
     relay listens too (a browser handed out before that would fail its first request).
 
     Whether the browser listens is read from the namespace's own socket table, through unshare
@@ -328,7 +336,6 @@ def relay_port(workdir: Path) -> int | None:
             return None
         if not (workdir / "proxy.sock").exists():
             return None
-        found = _LISTENING.search((workdir / _CDP_RELAY_LOG).read_bytes())
+        return int((workdir / cdp_gate.PORT_FILE).read_text())
     except (OSError, ValueError):
         return None
-    return int(found.group(1)) if found else None

@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from sessions.sandbox import cdp_gate
 from sessions.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.sandbox.workdirs import json_version
 
@@ -484,6 +485,13 @@ def _gate_secret(api_key: str, sandbox_id: str) -> str:
     return hmac.new(api_key.encode(), f"pandaweb-gate:{sandbox_id}".encode(), "sha256").hexdigest()
 
 
+def _relay_secret(api_key: str, sandbox_id: str) -> str:
+    """The secret a client of the worker's relay must put first in its request paths: derived
+    like the gate's, under its own label, so a worker that adopts the sandbox serves the same
+    ``cdp_url``."""
+    return hmac.new(api_key.encode(), f"pandaweb-relay:{sandbox_id}".encode(), "sha256").hexdigest()
+
+
 def _api_endpoint(api_url: str, path: str) -> str:
     """``path`` under the API, as the SDK's ``Client._url`` builds it (``/v1`` added unless the
     configured URL already ends with it)."""
@@ -555,6 +563,7 @@ class _Upstream:
     def __init__(self, client: Any, sandbox_id: str, gate_port: int) -> None:
         self.client = client
         self.base = _api_endpoint(client.api_url, f"/sandboxes/{sandbox_id}/proxy/{gate_port}")
+        self.sandbox_id = sandbox_id
         self.secret = _gate_secret(client.api_key, sandbox_id)
         parts = urlsplit(self.base)
         self.tls = parts.scheme == "https"
@@ -606,10 +615,15 @@ class _Upstream:
 
 
 class _Relay:
-    """The loopback endpoint ``cdp_url`` names: CDP requests go to the gate, signed."""
+    """The loopback endpoint ``cdp_url`` names: CDP requests go to the gate, signed.
+
+    It is on host loopback, where every local process can connect, and it signs what it passes
+    on: so it passes on only requests whose path starts with the relay's own secret (as the
+    local backend's CDP gate does), which ``url`` carries."""
 
     def __init__(self, upstream: _Upstream) -> None:
         self.upstream = upstream
+        self.secret = _relay_secret(upstream.client.api_key, upstream.sandbox_id)
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._server.bind(("127.0.0.1", 0))
         self._server.listen(64)
@@ -621,7 +635,7 @@ class _Relay:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.port}/{self.secret}"
 
     def start(self) -> None:
         self._thread.start()
@@ -648,7 +662,13 @@ class _Relay:
                 conn.close()
                 return
             head, rest = read
-            method, target, _ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
+            method, gated, _ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
+            inner = cdp_gate.strip_secret(gated.encode("latin-1"), self.secret.encode())
+            if inner is None:
+                conn.sendall(cdp_gate.FORBIDDEN)
+                conn.close()
+                return
+            target = inner.decode("latin-1")
             headers = _header_map(head)
             if headers.get("upgrade", "").lower() == "websocket":
                 self._upgrade(conn, target, head, rest)
@@ -692,7 +712,7 @@ class _Relay:
             body = f"the PandaStack API did not answer: {exc}".encode()
         if status == 200 and target.startswith("/json"):
             with contextlib.suppress(ValueError):
-                data = _rewrite_ws_urls(json.loads(body), f"127.0.0.1:{self.port}")
+                data = _rewrite_ws_urls(json.loads(body), f"127.0.0.1:{self.port}/{self.secret}")
                 body = json.dumps(data).encode()
         conn.sendall(
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\n"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import secrets
 import socket
 import time
 from datetime import datetime, timedelta
@@ -20,6 +19,7 @@ from sessions.services.runstate import (
     destroy_sandbox,
     lock_run,
     run_files_dir,
+    sandbox_run_key,
     transition,
 )
 from sessions.services.templates import _Fork, _fork_for, _open_credentials, template_mark_stale
@@ -64,7 +64,7 @@ def run_execute(*, run_id: int) -> None:
             _finish(run_id, S.FAILED, picked)
             return
         fork = picked
-    run_key = f"run-{run_id}-{secrets.token_hex(4)}"
+    run_key = sandbox_run_key(run_id)
     # Recorded before anything starts: a worker killed while the browser starts leaves a record
     # the reaper destroys, not a browser up until its deadline.
     pending = {
@@ -96,39 +96,59 @@ def run_execute(*, run_id: int) -> None:
             restore_from=fork.restore_from if fork else "",
         )
         sandbox = backend.create(spec)
-    except (SandboxError, EgressError) as exc:
+    except BaseException as exc:
+        # Whatever stopped the start (a refusing backend, a soft time limit, a cancel that
+        # removed the egress directory under it), nothing it started may outlive it.
         sink.close()
-        _finish(run_id, S.FAILED, f"the browser sandbox did not start: {exc}")
         destroy_sandbox(pending)
+        if not isinstance(exc, Exception):
+            raise
+        reason = str(exc) if isinstance(exc, SandboxError | EgressError) else repr(exc)
+        _finish(run_id, S.FAILED, f"the browser sandbox did not start: {reason}")
         return
     finally:
         starting.stop()
-    proxy.link(sandbox.workdir)
     record = {
         **sandbox.to_dict(), "run_id": run_id, "egress_dir": str(proxy.directory),
     }  # fmt: skip
-    facts = _sandbox_facts(sandbox, fork)
-    with transaction.atomic():
-        run = lock_run(run_id)
-        started = not run.is_final  # not cancelled while the sandbox started
-        if started:
-            seen = (run.sandbox or {}).get("egress_seen")
-            if seen:
-                record["egress_seen"] = seen
-            transition(
-                run, S.RUNNING, sandbox=record,
-                sandbox_ready_seconds=sandbox.ready_seconds, sandbox_facts=facts,
-                session_template_id=fork.template_id if fork else None,
-                audit_extra={"sandbox": sandbox.backend, "ready_seconds": sandbox.ready_seconds,
-                             "details": sandbox.details,
-                             **({"session_template": fork.template_id} if fork else {})},
-            )  # fmt: skip
+    try:
+        # A cancel during the start has removed the egress directory this writes to.
+        proxy.link(sandbox.workdir)
+        started = _mark_running(run_id, record, sandbox, fork)
+    except BaseException as exc:
+        sink.close()
+        destroy_sandbox(record)
+        if not isinstance(exc, Exception):
+            raise
+        _finish(run_id, S.FAILED, f"the browser sandbox did not start: {exc!r}")
+        return
     if not started:
         sink.close()
         destroy_sandbox(record)
         return
     # A continue-from run (sessions.console_services.run_rerun) starts at its step.
     _drive(run_id, record, proxy, sink, start_index=run.start_index, approval=None, fork=fork)
+
+
+def _mark_running(run_id: int, record: dict[str, Any], sandbox: Any, fork: _Fork | None) -> bool:
+    """Hand the started sandbox to the run; False when the run ended (a cancel) meanwhile."""
+    facts = _sandbox_facts(sandbox, fork)
+    with transaction.atomic():
+        run = lock_run(run_id)
+        if run.is_final:
+            return False
+        seen = (run.sandbox or {}).get("egress_seen")
+        if seen:
+            record["egress_seen"] = seen
+        transition(
+            run, S.RUNNING, sandbox=record,
+            sandbox_ready_seconds=sandbox.ready_seconds, sandbox_facts=facts,
+            session_template_id=fork.template_id if fork else None,
+            audit_extra={"sandbox": sandbox.backend, "ready_seconds": sandbox.ready_seconds,
+                         "details": sandbox.details,
+                         **({"session_template": fork.template_id} if fork else {})},
+        )  # fmt: skip
+    return True
 
 
 def _sandbox_facts(sandbox: Any, fork: _Fork | None) -> dict[str, Any]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
+import socket
+import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -13,14 +17,19 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from pandaweb.audit.services import audit_record
+from pandaweb.core.permissions import user_can
+from pandaweb.core.roles import Capability
 from sessions.events import publish_queue_changed
-from sessions.models import Run
+from sessions.models import Run, StepResult
 from sessions.services.runstate import (
+    IDEMPOTENCY_KEY_MAX_LENGTH,
+    IdempotencyKeyReused,
     RunError,
     S,
     TransitionRefused,
     _event,
     destroy_sandbox,
+    installation_tag,
     lock_run,
     queue_position,
     queue_release,
@@ -79,38 +88,78 @@ def run_launch(
     idempotency_key: str = "",
     priority: int = Run.Priority.NORMAL,
 ) -> Run:
-    """Queue a run of the workflow's latest published version.
+    """Queue a run of the workflow's latest published version (``run_launch_once`` without
+    saying whether this call made it)."""
+    run, _ = run_launch_once(
+        workflow_id=workflow_id,
+        user=user,
+        raw_inputs=raw_inputs,
+        idempotency_key=idempotency_key,
+        priority=priority,
+    )
+    return run
+
+
+def run_launch_once(
+    *,
+    workflow_id: int,
+    user: User,
+    raw_inputs: Mapping[str, Any],
+    idempotency_key: str = "",
+    priority: int = Run.Priority.NORMAL,
+) -> tuple[Run, bool]:
+    """Queue a run of the workflow's latest published version; return it and whether this call
+    made it.
 
     The run goes to a worker at once when its workflow has a free slot (its concurrency limit);
     otherwise it waits in the workflow's queue, ``priority`` first, then oldest first.
-    Idempotent per (user, key): launching again with the same key returns the same run.
+
+    The one launch rule of every way in (form, API, CLI, MCP, schedules, batches): with an
+    ``idempotency_key`` the same (user, key) with the same workflow and inputs returns the run
+    launched first, and the same key with anything else raises ``IdempotencyKeyReused``
+    rather than launch, or answer with, a run nobody asked for.
     """
     if priority not in Run.Priority.values:
         raise RunError(
             "invalid priority", {"priority": ["Choose a priority: low, normal or high."]}
         )
-    key = idempotency_key.strip()[:100]
+    key = idempotency_key.strip()
+    if len(key) > IDEMPOTENCY_KEY_MAX_LENGTH:
+        raise RunError(
+            "invalid idempotency key",
+            {"idempotency_key": [f"Use at most {IDEMPOTENCY_KEY_MAX_LENGTH} characters."]},
+        )
     if key:
         existing = Run.objects.filter(launched_by=user, idempotency_key=key).first()
         if existing is not None:
-            return _same_launch(existing, workflow_id)
+            return _replayed(existing, workflow_id, raw_inputs, key), False
     try:
         with transaction.atomic():
-            return _launch(
+            run = _launch(
                 workflow_id=workflow_id, user=user, raw=raw_inputs, key=key, priority=priority
             )
+            return run, True
     except IntegrityError:
         # Two launches with one key raced; the other one won and its run is the answer.
         existing = Run.objects.filter(launched_by=user, idempotency_key=key).first()
         if existing is None:
             raise
-        return _same_launch(existing, workflow_id)
+        return _replayed(existing, workflow_id, raw_inputs, key), False
 
 
-def _same_launch(run: Run, workflow_id: int) -> Run:
-    if run.workflow_id != workflow_id:
-        raise RunError("this idempotency key was already used for another workflow")
+def _replayed(run: Run, workflow_id: int, raw: Mapping[str, Any], key: str) -> Run:
+    if run.workflow_id != workflow_id or not _same_inputs(run, raw):
+        raise IdempotencyKeyReused(
+            f"the idempotency key {key!r} was already used for a different launch (run {run.pk})"
+        )
     return run
+
+
+def _same_inputs(run: Run, raw: Mapping[str, Any]) -> bool:
+    try:
+        return coerce_inputs(run.version, raw) == run.inputs
+    except RunError:
+        return False
 
 
 def _launch(
@@ -200,9 +249,14 @@ def run_cancel(*, run_id: int, user: User) -> Run:
 
 
 def run_reap(*, stale_after: timedelta | None = None) -> list[int]:
-    """Mark active runs whose worker went quiet as interrupted and destroy their sandboxes.
+    """Settle active runs whose worker went quiet, from what was recorded, and destroy their
+    sandboxes.
 
-    A run is never re-run automatically: it may have been half way through a payment.
+    A run is never re-run automatically: it may have been half way through a payment. What the
+    record shows decides: an approved action started and never finished needs reconciliation;
+    every step recorded as done is a success; an approved action that went through, with steps
+    after it missing, is interrupted in words that say the action happened; anything else is
+    interrupted.
     """
     if stale_after is None:
         stale_after = timedelta(seconds=settings.RUN_HEARTBEAT_TIMEOUT_SECONDS)
@@ -217,35 +271,127 @@ def run_reap(*, stale_after: timedelta | None = None) -> list[int]:
             if run.is_final or run.heartbeat_at is None or run.heartbeat_at >= cutoff:
                 continue
             sandbox = run.sandbox
-            if run.approvals.filter(
-                intent_at__isnull=False, completed_at__isnull=True, refused_at__isnull=True
-            ).exists():
-                transition(
-                    run, S.NEEDS_RECONCILIATION, sandbox=None,
-                    reason="the worker stopped in the middle of an approved action, which may "
-                    "have happened; check the portal",
-                )  # fmt: skip
-            else:
-                transition(
-                    run, S.INTERRUPTED,
-                    reason="the worker running it stopped answering; it was not restarted",
-                    sandbox=None,
-                )  # fmt: skip
+            status, reason, evidence = _settled_from_record(run)
+            transition(
+                run, status, sandbox=None, reason=reason,
+                audit_extra={"settled_by": "reaper", **evidence},
+            )  # fmt: skip
         if sandbox:
             destroy_sandbox(sandbox)
         reaped.append(run_id)
     return reaped
 
 
-def sandbox_reap_orphans() -> list[str]:
-    """Destroy this host's sandboxes (browsers and microVMs) whose deadline has passed.
+def _settled_from_record(run: Run) -> tuple[str, str, dict[str, Any]]:
+    """How a run whose worker stopped ends, from its recorded steps and gated actions."""
+    approvals = run.approvals.filter(refused_at__isnull=True)
+    uncertain = approvals.filter(intent_at__isnull=False, completed_at__isnull=True).first()
+    if uncertain is not None:
+        return (
+            S.NEEDS_RECONCILIATION,
+            "the worker stopped in the middle of an approved action, which may have happened; "
+            "check the portal",
+            {"approval": uncertain.pk},
+        )
+    step_count = len((run.version.document or {}).get("steps", []))
+    done = set(
+        run.step_results.filter(status=StepResult.Status.SUCCEEDED).values_list("index", flat=True)
+    )
+    if run.status == S.RUNNING and step_count and done >= set(range(run.start_index, step_count)):
+        return S.SUCCEEDED, "", {"steps_recorded_done": len(done)}
+    went_through = approvals.filter(completed_at__isnull=False).order_by("-completed_at").first()
+    if went_through is not None:
+        answer = (
+            f"; the portal answered: {went_through.action_result}"
+            if (went_through.action_result)
+            else ""
+        )
+        return (
+            S.INTERRUPTED,
+            f"the approved action of step {went_through.step_index + 1} went through "
+            f"({went_through.action}{answer}); the worker stopped before the steps after it "
+            "ran, and they were not restarted",
+            {"approval": went_through.pk, "action_completed": True},
+        )
+    return S.INTERRUPTED, "the worker running it stopped answering; it was not restarted", {}
 
-    The watchdog next to each sandbox does this first; this covers a watchdog that was killed
-    and a host that restarted mid-run. Run keys of what was reaped are returned.
-    """
+
+def sandbox_reap_orphans(*, grace: timedelta = timedelta(seconds=30)) -> list[str]:
+    """Destroy this host's sandboxes and egress supervisors that nothing should keep; return
+    their run keys.
+
+    Past their deadline (the watchdog next to each does this first; this covers a watchdog that
+    was killed and a host that restarted mid-run), and, from what is on disk, any of this
+    installation's that no live run owns: a run that ended, or that started its sandbox again
+    under another key, while something of the old start survived. ``grace`` spares what is
+    younger (a destroy already under way)."""
     from sessions.sandbox.local import reap_orphans
 
-    return reap_orphans()
+    return reap_orphans() + _reap_unowned(grace)
+
+
+def _reap_unowned(grace: timedelta) -> list[str]:
+    from sessions.durability import egress_dir, egress_root
+    from sessions.sandbox import default_root
+
+    own_key = re.compile(rf"run-(\d+)-{installation_tag()}[0-9a-f]{{8}}")
+    root = default_root().absolute()
+    settled_before = time.time() - grace.total_seconds()
+    found: dict[str, int] = {}
+    for place in (root, egress_root()):
+        with contextlib.suppress(FileNotFoundError):
+            for entry in place.iterdir():
+                matched = own_key.fullmatch(entry.name)
+                with contextlib.suppress(FileNotFoundError):
+                    if matched and entry.is_dir() and entry.stat().st_mtime < settled_before:
+                        found[entry.name] = int(matched.group(1))
+    if not found:
+        return []
+    runs = Run.objects.filter(pk__in=set(found.values())).only("status", "sandbox")
+    live = {run.pk: run for run in runs}
+    reaped = []
+    for key, run_id in sorted(found.items()):
+        run = live.get(run_id)
+        if run is not None and not run.is_final and (run.sandbox or {}).get("run_key") == key:
+            continue
+        logger.warning("destroying %s: no live run owns it", key)
+        destroy_sandbox({
+            "pending": True, "run_id": run_id, "run_key": key, "host": socket.gethostname(),
+            "backend": run.sandbox_backend if run is not None else "local",
+            "egress_dir": str(egress_dir(key)),
+        })  # fmt: skip
+        reaped.append(key)
+    return reaped
+
+
+def reconcile_refusal(run: Run, *, user_id: int | None, may_decide: bool) -> str:
+    """Why this person may not settle the run's uncertain action, in their words ("" if they may).
+
+    Anyone who may decide approvals, except the run's launcher and the reviewers who approved
+    that action: each of them could settle their own uncertain payment as "did not happen".
+    """
+    from approvals.models import ApprovalDecision
+
+    if not may_decide:
+        return "only someone who may decide approvals can say whether the action happened"
+    if user_id is not None and run.launched_by_id == user_id:
+        return (
+            "you launched this run: someone else checks the portal and says whether the "
+            "action happened"
+        )
+    approved_it = ApprovalDecision.objects.filter(
+        request__run=run,
+        request__intent_at__isnull=False,
+        request__completed_at__isnull=True,
+        request__refused_at__isnull=True,
+        reviewer_id=user_id,
+        verdict=ApprovalDecision.Verdict.APPROVE,
+    )
+    if approved_it.exists():
+        return (
+            "you approved this action: someone else checks the portal and says whether it happened"
+        )
+    return ""
 
 
 def run_reconcile(*, run_id: int, user: User, happened: bool, note: str) -> Run:
@@ -253,8 +399,8 @@ def run_reconcile(*, run_id: int, user: User, happened: bool, note: str) -> Run:
 
     ``happened`` after checking the portal: the run ends succeeded when the action was its last
     step, failed otherwise (the rest is not run: the browser is gone); not happened: cancelled.
-    A decision like an approval: never by the person who launched the run (they could settle
-    their own uncertain payment as "did not happen"), always with what was checked, audited.
+    A decision like an approval, taken by whom ``reconcile_refusal`` allows, always with what
+    was checked, audited.
     """
     from approvals.models import ApprovalRequest
 
@@ -265,11 +411,11 @@ def run_reconcile(*, run_id: int, user: User, happened: bool, note: str) -> Run:
         run = lock_run(run_id)
         if run.status != S.NEEDS_RECONCILIATION:
             raise TransitionRefused("this run does not need reconciliation")
-        if run.launched_by_id == user.pk:
-            raise RunError(
-                "you launched this run: someone else checks the portal and says whether the "
-                "action happened"
-            )
+        refusal = reconcile_refusal(
+            run, user_id=user.pk, may_decide=user_can(user, Capability.DECIDE_APPROVALS)
+        )
+        if refusal:
+            raise RunError(refusal)
         approval = ApprovalRequest.objects.select_for_update().get(
             run=run, intent_at__isnull=False, completed_at__isnull=True, refused_at__isnull=True
         )

@@ -5,8 +5,10 @@ apps use."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
+import secrets
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,6 +52,13 @@ class RunError(Exception):
 
 class TransitionRefused(RunError):
     pass
+
+
+class IdempotencyKeyReused(RunError):
+    """A launch named a key already used for another workflow or other inputs."""
+
+
+IDEMPOTENCY_KEY_MAX_LENGTH = 100
 
 
 # Locks, events, transitions -----------------------------------------------------------------
@@ -115,10 +124,11 @@ def transition(
         run_id=run.pk,
         extra=audit_extra,
     )
-    if settles:
+    if settles or to == S.AWAITING_APPROVAL:
         from pandaweb.webhooks.services import outbox_record_run
 
         outbox_record_run(run=run)
+    if settles:
         # The settled run's slot goes to the next one waiting, in this same transaction: a
         # release that could be lost between two transactions would strand the queue.
         queue_release(workflow_id=run.workflow_id)
@@ -295,6 +305,28 @@ def _destroy_pending(data: dict[str, Any]) -> None:
 def host_queue(host: str) -> str:
     """The Celery queue that reaches the workers of one machine (sandboxes live on one host)."""
     return f"host.{host}"
+
+
+def installation_tag() -> str:
+    """Eight hex characters naming this installation (its database and secret key), put in its
+    sandboxes' run keys: housekeeping on a host that several installations (or test processes)
+    share takes only its own leftovers for orphans."""
+    database = connection.settings_dict
+    seed = "|".join(
+        str(part)
+        for part in (
+            settings.SECRET_KEY,
+            database.get("HOST", ""),
+            database.get("PORT", ""),
+            database.get("NAME", ""),
+        )
+    )
+    return hashlib.sha256(seed.encode()).hexdigest()[:8]
+
+
+def sandbox_run_key(run_id: int) -> str:
+    """A fresh run key for one start of a run's sandbox: ``run-<id>-<installation><random>``."""
+    return f"run-{run_id}-{installation_tag()}{secrets.token_hex(4)}"
 
 
 def run_files_dir(run_id: int) -> Path:

@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connection, connections, transaction
+from django.db import (
+    DatabaseError,
+    close_old_connections,
+    connection,
+    connections,
+    transaction,
+)
 from django.utils import timezone
 
 from pandaweb.audit.models import AuditEvent
@@ -116,6 +122,9 @@ class _Sink:
             with contextlib.suppress(DatabaseError):
                 connection.ensure_connection()
             while (item := self._queue.get()) is not None:
+                # A run outlives many connections: like a request, each record starts with one
+                # that works (a connection the server closed is replaced, not failed on).
+                close_old_connections()
                 kind, payload = item
                 if kind == "action":
                     self._record_action(*payload)
@@ -240,20 +249,29 @@ class _Heartbeat:
             self._spooled = size
             run_drain_egress(run_id=self.run_id)
 
+    def _tick(self, ticks: int) -> None:
+        if ticks % self.beat_every == 0:
+            Run.objects.filter(pk=self.run_id, status__in=Run.ACTIVE).update(
+                heartbeat_at=timezone.now()
+            )
+        state = Run.objects.filter(pk=self.run_id).values("status", "cancel_requested")
+        row = state.first()
+        if row is None or row["cancel_requested"] or row["status"] in Run.FINAL:
+            self.sink.request_stop("the run was cancelled")
+        self._drain()
+
     def _loop(self) -> None:
         ticks = 0
         try:
             while not self._stop.wait(self.interval):
                 ticks += 1
-                if ticks % self.beat_every == 0:
-                    Run.objects.filter(pk=self.run_id, status__in=Run.ACTIVE).update(
-                        heartbeat_at=timezone.now()
-                    )
-                state = Run.objects.filter(pk=self.run_id).values("status", "cancel_requested")
-                row = state.first()
-                if row is None or row["cancel_requested"] or row["status"] in Run.FINAL:
-                    self.sink.request_stop("the run was cancelled")
-                self._drain()
+                # One failed tick must not end the heartbeat: the reaper would take the run for
+                # dead. Each tick starts with a working connection, as a request would.
+                close_old_connections()
+                try:
+                    self._tick(ticks)
+                except DatabaseError:
+                    logger.warning("heartbeat of run %s missed a tick", self.run_id, exc_info=True)
         finally:
             for conn in connections.all(initialized_only=True):
                 conn.close()

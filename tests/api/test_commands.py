@@ -124,3 +124,35 @@ def test_api_token_makes_a_service_account_for_an_admin() -> None:
     assert context is not None
     assert context.kind == "service"
     assert {s.value for s in context.effective} == {"runs:launch", "audit:read"}
+
+
+def test_a_reused_key_with_other_inputs_is_refused_and_launches_nothing(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    launch = ("run_launch", "--workflow", "acme-pay-invoice", "--as", "olivia")
+    key = ("--idempotency-key", "erp-4712")
+    run_command(*launch, "--input", "invoice=INV-1001", "--input", "amount=12.50", *key)
+    with pytest.raises(CommandError) as refused:
+        run_command(*launch, "--input", "invoice=INV-1002", "--input", "amount=12.50", *key)
+    assert refused.value.returncode == 2
+    assert "already used for a different launch" in str(refused.value)
+    assert Run.objects.count() == 1
+    assert Run.objects.get().inputs["invoice"] == "INV-1001"
+
+
+def test_wait_returns_when_the_run_waits_for_a_reviewer(
+    operator: User, demo_workflow: Workflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessions import services
+
+    def reach_the_gate(task: object, **kwargs: int) -> None:
+        Run.objects.filter(pk=kwargs["run_id"]).update(status=Run.Status.AWAITING_APPROVAL)
+
+    monkeypatch.setattr(services.runstate, "dispatch", reach_the_gate)
+    with pytest.raises(CommandError) as waiting:
+        run_command(
+            "run_launch", "--workflow", "acme-pay-invoice", "--input", "invoice=INV-1001",
+            "--input", "amount=1.00", "--as", "olivia", "--wait", "--timeout", "30",
+        )  # fmt: skip
+    assert waiting.value.returncode == 4
+    assert "awaiting_approval" in str(waiting.value)

@@ -101,6 +101,22 @@ def test_it_refuses_bad_inputs_with_the_launch_forms_message_and_launches_nothin
     assert not Run.objects.exists()
 
 
+def test_it_refuses_a_null_character_in_any_argument_and_launches_nothing(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    offered(demo_workflow)
+
+    async def work(client: Client) -> types.CallToolResult:
+        return await client.call_tool(
+            "acme-pay-invoice", {"invoice": "INV-1\x00040", "amount": "1250.00"}
+        )
+
+    result = talk(make_token(operator, ["tools:call"]), work)
+    assert result.is_error
+    assert result.content[0].text == "Null characters are not allowed. Found in: invoice."
+    assert not Run.objects.exists()
+
+
 def test_it_launches_once_per_call_and_names_the_client_and_token_in_the_audit(
     operator: User, demo_workflow: Workflow
 ) -> None:

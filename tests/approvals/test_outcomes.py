@@ -4,6 +4,7 @@ portal's lab."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from approvals import services as approvals
 from approvals.models import ApprovalRequest
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
+from pandaweb.demo_portal.server import PortalServer
 from sessions import services
 from sessions.models import Run, StepResult
 from tests.demo_portal.conftest import fetch_json
@@ -163,7 +165,86 @@ def test_an_approval_the_portal_confirms_succeeds(
     assert [(a["invoice"], a["by"]) for a in approved] == [("INV-1038", "acme-demo")]
 
 
-def test_a_submission_answered_with_an_http_error_is_refused(
+def test_an_approval_whose_answer_is_lost_needs_reconciliation_not_a_refusal(
+    operator: User,
+    acme_credential: Credential,
+    reviewer: User,
+    portal: str,
+    portal_server: PortalServer,
+    continuations: list[dict[str, Any]],
+) -> None:
+    run = lab_run(
+        operator,
+        portal,
+        {"id": "open", "type": "goto", "url": f"{portal}/lab/approvals/INV-1035"},
+        {**APPROVE, "timeout_ms": 3000},
+    )
+    # The portal records the approval, then its answer is lost on the way back.
+    portal_server.dropped_paths = {r"^/lab/approvals/INV-1035$"}
+
+    run, approval = approve_and_continue(run, reviewer)
+
+    assert run.status == Run.Status.NEEDS_RECONCILIATION, run.failure_reason
+    assert run.failure_reason == (
+        "the approved action was sent and its outcome is unknown: no answer from the portal: "
+        f"the egress proxy answered HTTP 502 to POST {portal}/lab/approvals/INV-1035: "
+        f"the origin closed the connection without a response (the browser is at {portal}/lab/"
+        "approvals/INV-1035) — the approved action may have happened; check the portal"
+    )
+    assert "refused" not in run.failure_reason
+    assert approval.intent_at is not None
+    assert (approval.completed_at, approval.refused_at) == (None, None)
+    assert not AuditEvent.objects.filter(action="approval.action_refused", run_id=run.pk).exists()
+    approved = fetch_json(f"{portal}/api/lab")["approvals"]
+    assert [(a["invoice"], a["by"]) for a in approved] == [("INV-1035", "acme-demo")]
+
+
+def test_an_ordinary_step_whose_answer_is_lost_fails_without_saying_the_portal_refused(
+    operator: User, acme_credential: Credential, portal: str, portal_server: PortalServer
+) -> None:
+    portal_server.dropped_paths = {r"^/lab/approvals/INV-1034$"}
+
+    run = lab_run(
+        operator,
+        portal,
+        {"id": "open", "type": "goto", "url": f"{portal}/lab/approvals/INV-1034"},
+        {**APPROVE, "irreversible": False, "timeout_ms": 3000},
+    )
+
+    assert run.status == Run.Status.FAILED
+    assert run.failure_step == "approve"
+    assert run.failure_reason.startswith(
+        "no answer from the portal: the egress proxy answered HTTP 502 to POST "
+        f"{portal}/lab/approvals/INV-1034: the origin closed the connection without a response"
+    )
+
+
+def test_an_approval_the_portal_answers_with_a_4xx_in_its_words_is_refused(
+    operator: User,
+    acme_credential: Credential,
+    reviewer: User,
+    portal: str,
+    continuations: list[dict[str, Any]],
+) -> None:
+    # A colleague approved; the e-mailed request's page still offers the button, and the
+    # portal's API answers 409 with its reason.
+    fetch_json(f"{portal}/api/lab/approvals/INV-1036", method="POST")
+    run = lab_run(
+        operator,
+        portal,
+        {"id": "open", "type": "goto", "url": f"{portal}/lab/approval-request/INV-1036"},
+        {**APPROVE, "target": {"role": "button", "name": "Approve INV-1036"}},
+    )
+
+    run, approval = approve_and_continue(run, reviewer)
+
+    assert run.status == Run.Status.FAILED
+    assert run.failure_reason.startswith("the portal refused: ")
+    assert "This invoice was already approved by colleague on" in run.failure_reason
+    assert approval.refused_at is not None
+
+
+def test_a_gateway_s_server_error_page_needs_reconciliation_with_its_words(
     operator: User,
     acme_credential: Credential,
     reviewer: User,
@@ -180,18 +261,21 @@ def test_a_submission_answered_with_an_http_error_is_refused(
             "irreversible": True,
             "target": {"role": "button", "name": "Send transfer"},
             "expect": {"url": "**/transfers/*"},
+            "timeout_ms": 3000,
         },
     )
 
     run, approval = approve_and_continue(run, reviewer)
 
-    assert run.status == Run.Status.FAILED
+    # A 503 says the server failed, not that it declined: the words may be a gateway's.
+    assert run.status == Run.Status.NEEDS_RECONCILIATION
     assert run.failure_reason == (
-        "the portal refused: Payment service unavailable: The bank connection did not answer. "
-        "Your transfer was not sent; please try again later. "
-        f"(HTTP 503 to POST {portal}/lab/transfer)"
+        "the approved action was sent and its outcome is unknown: server error: Payment service "
+        "unavailable: The bank connection did not answer. Your transfer was not sent; please try "
+        f"again later. (HTTP 503 to POST {portal}/lab/transfer) (the browser is at "
+        f"{portal}/lab/transfer) — the approved action may have happened; check the portal"
     )
-    assert approval.refused_at is not None
+    assert (approval.completed_at, approval.refused_at) == (None, None)
 
 
 def test_an_outcome_that_never_shows_needs_reconciliation(
@@ -382,3 +466,54 @@ def test_a_dismissed_dialog_does_nothing_and_is_recorded(
         {"type": "confirm", "message": CONFIRM, "action": "dismissed"}
     ]
     assert fetch_json(f"{portal}/api/lab")["removed_suppliers"] == []
+
+
+def test_a_menu_with_a_red_item_is_not_a_refusal_but_the_portal_s_new_alert_is(
+    operator: User, acme_credential: Credential, portal: str
+) -> None:
+    run = lab_run(
+        operator,
+        portal,
+        {"id": "open", "type": "goto", "url": f"{portal}/lab/orders"},
+        {
+            "id": "open-menu",
+            "type": "click",
+            "target": {"role": "button", "name": "Actions for PO-2026-0415"},
+        },
+        {"id": "cancel", "type": "click", "target": {"role": "menuitem", "name": "Cancel order"}},
+    )
+
+    assert step(run, "open-menu").status == StepResult.Status.SUCCEEDED, run.failure_reason
+    assert run.status == Run.Status.FAILED
+    assert run.failure_step == "cancel"
+    assert run.failure_reason == (
+        "the portal refused: Order PO-2026-0415 was delivered on 14 November 2026; "
+        "it can no longer be cancelled."
+    )
+
+
+def test_a_page_that_cannot_be_reached_fails_its_goto_with_the_proxy_s_words(
+    operator: User,
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{probe.getsockname()[1]}"
+    workflow = publish(
+        operator,
+        {
+            "name": "Closed portal",
+            "slug": "closed-portal",
+            "settings": {"allowed_hosts": [closed]},
+            "steps": [{"id": "open", "type": "goto", "url": f"http://{closed}/invoices"}],
+        },
+    )
+    run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
+
+    services.run_execute(run_id=run.pk)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    assert run.failure_reason.startswith(
+        f"http://{closed}/invoices could not be reached: the egress proxy answered HTTP 502: "
+        f"could not connect to {closed}: "
+    )

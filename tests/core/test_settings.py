@@ -100,7 +100,7 @@ def test_urls_switch_to_postgres_redis_and_celery() -> None:
     )
 
     assert result.stdout.split() == [
-        "django.db.backends.postgresql",
+        "pandaweb.core.postgresql",
         "db.example.test",
         "channels_redis.core.RedisChannelLayer",
         "celery",
@@ -141,12 +141,65 @@ def test_it_refuses_an_unknown_choice(monkeypatch: pytest.MonkeyPatch) -> None:
         env_choice("PANDAWEB_MODE", "thread", ("thread", "celery"))
 
 
-def test_it_parses_a_postgres_url_with_a_connect_timeout() -> None:
-    config = database_from_url("DATABASE_URL", "postgres://u:p@127.0.0.1:5432/db")
+def test_it_parses_a_postgres_url_into_a_bounded_pool_with_a_connect_timeout() -> None:
+    config = database_from_url(
+        "DATABASE_URL", "postgres://u:p@127.0.0.1:5432/db", pool_max=7, pool_timeout=3
+    )
 
-    assert config["ENGINE"] == "django.db.backends.postgresql"
+    assert config["ENGINE"] == "pandaweb.core.postgresql"
     assert (config["NAME"], config["USER"], config["PORT"]) == ("db", "u", 5432)
+    assert config["OPTIONS"] == {
+        "connect_timeout": 5,
+        "pool": {"min_size": 1, "max_size": 7, "timeout": 3, "max_idle": 60},
+    }
+    # A pool replaces persistent connections (Django refuses both); the backend, not the pool,
+    # checks each connection handed out.
+    assert (config["CONN_MAX_AGE"], config["CONN_HEALTH_CHECKS"]) == (0, False)
+
+
+def test_a_pool_of_zero_means_a_connection_per_request_and_none_kept() -> None:
+    config = database_from_url("DATABASE_URL", "postgres://u@127.0.0.1/db", pool_max=0)
+
     assert config["OPTIONS"] == {"connect_timeout": 5}
+    assert config["ENGINE"] == "django.db.backends.postgresql"
+    assert (config["CONN_MAX_AGE"], config["CONN_HEALTH_CHECKS"]) == (0, True)
+
+
+def settings_under(env: dict[str, str], expression: str) -> subprocess.CompletedProcess[str]:
+    code = "import django; django.setup(); from django.conf import settings as s; "
+    code += f"print({expression})"
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "pandaweb.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_pool_is_sized_by_the_environment() -> None:
+    result = settings_under(
+        {
+            "DATABASE_URL": "postgresql://app@db.example.test:5432/pandaweb",
+            "PANDAWEB_DB_POOL_MAX": "4",
+            "PANDAWEB_DB_POOL_TIMEOUT": "2",
+        },
+        "s.DATABASES['default']['OPTIONS']['pool']",
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "{'min_size': 1, 'max_size': 4, 'timeout': 2, 'max_idle': 60}"
+
+
+def test_a_negative_pool_size_is_refused_by_name() -> None:
+    result = run_manage(
+        "check", DATABASE_URL="postgresql://app@127.0.0.1/pandaweb", PANDAWEB_DB_POOL_MAX="-1"
+    )
+
+    assert result.returncode == 2
+    assert "PANDAWEB_DB_POOL_MAX='-1' must be at least 0" in result.stderr
 
 
 def test_it_refuses_a_mysql_url_it_does_not_support() -> None:

@@ -87,3 +87,20 @@ def test_removing_the_supplier_asks_with_a_confirm_first(
         "be placed. This cannot be undone."
     ]
     assert fetch_json(f"{portal}/api/lab")["removed_suppliers"] == removed
+
+
+def test_an_order_s_row_menu_offers_a_red_cancel_that_the_portal_refuses(
+    page: Page, portal: str
+) -> None:
+    sign_in(page, portal)
+    page.goto(f"{portal}/lab/orders")
+    cancel = page.get_by_role("menuitem", name="Cancel order")
+    expect(cancel).to_be_hidden()
+
+    page.get_by_role("button", name="Actions for PO-2026-0415").click()
+    expect(cancel).to_have_css("color", "rgb(198, 40, 40)")
+    cancel.click()
+
+    expect(page.get_by_role("alert")).to_have_text(
+        "Order PO-2026-0415 was delivered on 14 November 2026; it can no longer be cancelled."
+    )

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from django.contrib.auth.models import User
 
 from approvals import services as approvals
@@ -24,6 +25,7 @@ from tests.drills.conftest import (
     sandbox_processes,
     until,
 )
+from tests.sessions.conftest import EXAMPLE, publish
 from workflows.models import Credential
 
 pytestmark = [
@@ -147,6 +149,48 @@ def test_a_worker_killed_inside_the_approved_payment_leaves_it_for_reconciliatio
     approval = ApprovalRequest.objects.get(run=run, status=ApprovalRequest.Status.APPROVED)
     assert approval.intent_at is not None
     assert approval.completed_at is None
+
+
+def test_a_worker_killed_after_the_payment_went_through_says_it_went_through(
+    operator: User,
+    acme_credential: Credential,
+    reviewer: User,
+    portal_server: PortalServer,
+    portal: str,
+    places: dict[str, Path],
+    workers: Workers,
+) -> None:
+    """The reaper settles from the record: the payment completed, a later step never ran; the
+    run must not end as a plain "interrupted" that reads like "not paid"."""
+    workers.start(pool="prefork", concurrency=1)
+    [invoice] = open_invoices(portal_server, 1)
+    document = yaml.safe_load(
+        EXAMPLE.read_text().replace("127.0.0.1:8001", portal.removeprefix("http://"))
+    )
+    # A last step that takes its time: the worker dies while it runs, after the payment.
+    document["steps"].append(
+        {"id": "linger", "type": "wait_for", "text": "never on the page", "timeout_ms": 120000}
+    )
+    run = launch(operator, publish(operator, document), invoice)
+    until(lambda: statuses([run]) == [S.AWAITING_APPROVAL], 120, "the gate", workers)
+    key = record_of(run)["run_key"]
+
+    approve(run, reviewer)
+    until(
+        lambda: run.step_results.filter(step_id="check-receipt").exists(),
+        90,
+        "the steps after the payment",
+        workers,
+    )
+    workers.stop_all(signal.SIGKILL)
+    workers.start(pool="prefork", concurrency=1)
+
+    until(lambda: statuses([run]) == [S.INTERRUPTED], 60, "the reaper", workers)
+    run.refresh_from_db()
+    assert "went through" in run.failure_reason
+    assert "Submit payment" in run.failure_reason
+    assert len(fetch_json(f"{portal}/api/payments")) == 1
+    until(lambda: not sandbox_processes(places, key), 30, "the run's processes", workers)
 
 
 def test_a_killed_worker_loses_no_queued_run_and_leaves_no_sandbox_behind(

@@ -6,6 +6,7 @@ building the guest image with ``manage.py microvm_image``."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import subprocess
@@ -16,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
@@ -27,9 +29,10 @@ from pandaweb.demo_portal.server import PortalServer, make_server
 from sessions import services
 from sessions.models import Run
 from sessions.proxy import EgressPolicy, EgressProxy
-from sessions.sandbox import Sandbox, SandboxSpec
+from sessions.sandbox import Sandbox, SandboxSpec, cdp_gate
 from sessions.sandbox.microvm.backend import MicroVMBackend
 from sessions.sandbox.microvm.image import GuestImage, find_image
+from sessions.sandbox.workdirs import json_version
 from sessions.screencast import MASK_COLOUR, BrowserTap, Frame
 from tests.sessions.conftest import EXAMPLE, publish
 from workflows.models import Credential
@@ -138,6 +141,28 @@ def test_a_vm_restored_from_the_base_snapshot_is_ready_quickly_with_the_hosts_cl
     assert abs(guest_now - time.time()) < 5
 
 
+def test_the_vms_browser_answers_only_a_client_holding_the_runs_secret(vm: Sandbox) -> None:
+    """QEMU's CDP forward listens in QEMU's own network namespace; on the host there is only
+    the gate, which forwards nothing without the run's secret."""
+    address = urlsplit(vm.cdp_url)
+    secret = address.path.strip("/")
+    assert len(secret) >= 40
+    assert json_version(vm.cdp_url, timeout=30) is not None
+    assert address.port is not None
+    for target in ("/json/version", f"/{secret[:-1]}/json/version"):
+        with socket.create_connection(("127.0.0.1", address.port), timeout=10) as conn:
+            conn.sendall(f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            answer = conn.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 403 "), answer[:200]
+    # QEMU's forwards (the CDP and clock ports it was given) are on no host port.
+    host_listeners = {
+        conn.laddr[1]
+        for conn in psutil.net_connections(kind="tcp")
+        if conn.status == psutil.CONN_LISTEN and conn.laddr
+    }
+    assert vm.details["control_port"] not in host_listeners
+
+
 def test_destroy_leaves_no_qemu_behind(backend: MicroVMBackend, proxy: EgressProxy) -> None:
     sandbox = backend.create(SandboxSpec(run_key="vm-gone", proxy_url=proxy.url, ttl_seconds=60))
     assert backend.alive(sandbox)
@@ -185,7 +210,7 @@ def test_the_ttl_kills_a_vm_whose_worker_was_killed(sandbox_root: Path, proxy: E
     # The VM is not the worker's child any more: its watchdog ends it at the deadline.
     assert qemu_processes(workdir)
     end = time.monotonic() + 60
-    while qemu_processes(workdir) and time.monotonic() < end:
+    while (qemu_processes(workdir) or Path(workdir).exists()) and time.monotonic() < end:
         time.sleep(0.5)
     assert qemu_processes(workdir) == []
     assert not Path(workdir).exists()
@@ -242,12 +267,31 @@ def test_the_demo_workflows_first_steps_run_in_a_microvm(
 
 
 def ask_guest(sandbox: Sandbox, line: str) -> str:
-    """One request to the guest's control port (see guest/pandaweb-control)."""
-    with socket.create_connection(("127.0.0.1", sandbox.details["control_port"]), timeout=60) as c:
-        answers = c.makefile("rb")
-        assert answers.readline().strip() == b"ready"
-        c.sendall(f"{line}\n".encode())
-        return answers.readline().decode().strip()
+    """One request to the guest's control port (see guest/pandaweb-control), from QEMU's network
+    namespace when it has one (the port listens there), on a thread of its own."""
+    qemu_netns = f"/proc/{sandbox.pid}/ns/net"
+    answers: list[str] = []
+    failures: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            if os.readlink(qemu_netns) != os.readlink("/proc/self/ns/net"):
+                cdp_gate.enter_network_namespace(qemu_netns)
+            address = ("127.0.0.1", sandbox.details["control_port"])
+            with socket.create_connection(address, timeout=60) as conn:
+                replies = conn.makefile("rb")
+                assert replies.readline().strip() == b"ready"
+                conn.sendall(f"{line}\n".encode())
+                answers.append(replies.readline().decode().strip())
+        except BaseException as exc:
+            failures.append(exc)
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    asker.join()
+    if failures:
+        raise failures[0]
+    return answers[0]
 
 
 class Sink:

@@ -20,6 +20,7 @@ from playwright.sync_api import Playwright
 
 from pandaweb.browser import HEADLESS_ARGS, find_chromium
 from sessions.proxy import (
+    PROXY_ANSWER_HEADER,
     DeniedAttempt,
     EgressDenied,
     EgressPolicy,
@@ -608,7 +609,55 @@ def test_it_reports_an_unreachable_origin_as_502(denied: list[DeniedAttempt]) ->
 
     assert response.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
     assert f"could not connect to 127.0.0.1:{closed_port}".encode() in response
+    assert f"\r\n{PROXY_ANSWER_HEADER}: proxy\r\n".encode() in response
     assert denied == []
+
+
+def one_answer_origin(answer: bytes) -> tuple[socket.socket, threading.Thread]:
+    """An origin on loopback that reads one request, sends ``answer`` (maybe nothing) and closes."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            read_head(conn)
+            conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "marked"),
+    [
+        # The portal acted, perhaps, and closed without a word: the proxy answers for it.
+        (b"", b"502 Bad Gateway", True),
+        # The portal's own answer is relayed, and a marker it sets itself does not pass.
+        (
+            f"HTTP/1.1 409 Conflict\r\n{PROXY_ANSWER_HEADER}: proxy\r\nContent-Length: 2\r\n"
+            "\r\nno".encode(),
+            b"409 Conflict",
+            False,
+        ),
+    ],
+)
+def test_it_marks_the_answers_it_writes_itself_and_only_those(
+    answer: bytes, status: bytes, marked: bool
+) -> None:
+    listener, thread = one_answer_origin(answer)
+    port = listener.getsockname()[1]
+    policy = EgressPolicy([f"127.0.0.1:{port}"], resolver=refusing_resolver)
+
+    with listener, EgressProxy(policy, on_denied=lambda a: None) as proxy:
+        response = raw_exchange(
+            proxy,
+            f"POST http://127.0.0.1:{port}/pay HTTP/1.1\r\nContent-Length: 0\r\n\r\n".encode(),
+        )
+        thread.join(5)
+
+    assert response.startswith(b"HTTP/1.1 " + status + b"\r\n")
+    assert (PROXY_ANSWER_HEADER.lower().encode() in response.lower()) is marked
 
 
 def test_it_closes_open_tunnels_when_stopped(portal: Portal) -> None:

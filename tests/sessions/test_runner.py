@@ -382,6 +382,44 @@ def test_cancel_kills_the_browser_within_two_seconds(
     assert not worker.is_alive()
 
 
+@pytest.mark.parametrize("moment", ["before the browser starts", "once the browser answers"])
+def test_a_run_cancelled_while_it_starts_leaves_nothing_running(
+    operator: User, portal: str, monkeypatch: pytest.MonkeyPatch, moment: str
+) -> None:
+    """Whatever the cancel reaches first (the egress supervisor, the half-made sandbox), all
+    that the start made is gone when the worker is done with the run."""
+    from sessions.durability import egress_dir
+    from sessions.sandbox.local import LocalBackend
+
+    workflow = publish(operator, {
+        "name": "Start", "slug": "start",
+        "settings": {"allowed_hosts": [portal.removeprefix("http://")]},
+        "steps": [{"id": "open", "type": "goto", "url": f"{portal}/login"}],
+    })  # fmt: skip
+    run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
+    create = LocalBackend.create
+    run_keys: list[str] = []
+
+    def create_and_cancel(backend: LocalBackend, spec: Any) -> Any:
+        run_keys.append(spec.run_key)
+        if moment == "before the browser starts":
+            services.run_cancel(run_id=run.pk, user=operator)
+        sandbox = create(backend, spec)
+        if moment == "once the browser answers":
+            services.run_cancel(run_id=run.pk, user=operator)
+        return sandbox
+
+    monkeypatch.setattr(LocalBackend, "create", create_and_cancel)
+
+    run = execute(run)
+
+    assert run.status == Run.Status.CANCELLED
+    (run_key,) = run_keys
+    assert processes_with(run_key) == []
+    assert not egress_dir(run_key).exists()
+    assert not (LocalBackend().root / run_key).exists()
+
+
 class RecordingSink:
     def __init__(self) -> None:
         self.records: list[Any] = []

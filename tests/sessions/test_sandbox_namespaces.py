@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
@@ -27,8 +28,9 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Playwright
 
 from pandaweb.browser import MANAGED_POLICY, MANAGED_POLICY_NAME
-from sessions.sandbox import Sandbox, SandboxError, SandboxSpec, namespaces
+from sessions.sandbox import Sandbox, SandboxError, SandboxSpec, cdp_gate, namespaces
 from sessions.sandbox.local import LocalBackend
+from sessions.sandbox.workdirs import json_version
 from tests.sessions.test_sandbox import (
     ForwardProxyHandler,
     PortalHandler,
@@ -43,6 +45,7 @@ from tests.sessions.test_sandbox import (
 )
 
 SUPPORT = namespaces.probe()
+CDP_GATE = cdp_gate.__file__
 needs_namespaces = pytest.mark.skipif(
     not SUPPORT.usable, reason=f"no namespaces on this host: {SUPPORT.reason}"
 )
@@ -140,9 +143,27 @@ def relays(sandbox: Sandbox) -> list[psutil.Process]:
     for proc in processes_naming(sandbox.workdir):
         # One a connection forked may be gone by now.
         with contextlib.suppress(psutil.NoSuchProcess):
-            if proc.name() == "socat":
+            if proc.name() == "socat" or CDP_GATE in proc.cmdline():
                 found.append(proc)
     return found
+
+
+def ask(port: int, target: str, *, upgrade: bool = False) -> bytes:
+    """Everything a raw HTTP request for ``target`` gets back from ``127.0.0.1:port``."""
+    upgrade_headers = (
+        "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        if upgrade
+        else ""
+    )
+    request = f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{upgrade_headers}\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(request.encode())
+        answer = b""
+        with contextlib.suppress(TimeoutError):
+            while chunk := conn.recv(65536):
+                answer += chunk
+    return answer
 
 
 # --- fixtures --------------------------------------------------------------------------------
@@ -428,6 +449,70 @@ def test_the_browser_holds_no_capability_with_or_without_a_user_namespace(
         cdp.close()
 
 
+# --- who may drive the browser ---------------------------------------------------------------
+
+
+@needs_namespaces
+@pytest.mark.browser
+def test_its_browser_answers_only_a_client_holding_the_runs_secret(
+    make: Callable[..., Sandbox], portal: Served, playwright_instance: Playwright
+) -> None:
+    """While a run waits for approval its browser is logged in to the portal: another process on
+    the host must not be able to drive it past the approval gate."""
+    sandbox = make()
+    address = urlsplit(sandbox.cdp_url)
+    assert address.hostname == "127.0.0.1"
+    assert address.port is not None
+    secret = address.path.strip("/")
+    assert len(secret) >= 40
+
+    # The run's own workers: the address with its secret drives the browser.
+    browser = connect(playwright_instance, sandbox)
+    try:
+        page = browser.contexts[0].new_page()
+        page.goto(f"{portal.url}/invoices", timeout=15_000)
+        assert page.title() == "Invoices"
+    finally:
+        browser.close()
+    version = json_version(sandbox.cdp_url, timeout=5)
+    assert version is not None
+    browser_path = urlsplit(version["webSocketDebuggerUrl"]).path
+    assert browser_path.startswith(f"/{secret}/devtools/browser/")
+
+    # Anyone else on the host: the same port without the secret, with a near miss, or straight
+    # at the browser's websocket, gets a 403 and not a word about the browser.
+    port = address.port
+    bare_browser = browser_path.removeprefix(f"/{secret}")
+    for target, upgrade in [
+        ("/json/version", False),
+        ("/json/list", False),
+        (f"/{secret[:-1]}/json/version", False),
+        (f"/{secret}x/json/version", False),
+        (f"/{secret.swapcase()}/json/version", False),
+        (bare_browser, True),
+        (f"/x{bare_browser}", True),
+    ]:
+        answer = ask(port, target, upgrade=upgrade)
+        assert answer.startswith(b"HTTP/1.1 403 "), (target, answer[:200])
+        assert b"devtools" not in answer, target
+        assert b"Chrome" not in answer, target
+    with pytest.raises(PlaywrightError):
+        playwright_instance.chromium.connect_over_cdp(f"http://127.0.0.1:{port}", timeout=5_000)
+
+    # The browser itself listens on no host port, and the secret is on no command line.
+    sandbox_pids = {proc.pid for proc in processes_naming(sandbox.workdir)}
+    listening = {
+        conn.pid
+        for conn in psutil.net_connections(kind="tcp")
+        if conn.status == psutil.CONN_LISTEN and conn.pid in sandbox_pids
+    }
+    assert [CDP_GATE in psutil.Process(pid).cmdline() for pid in listening] == [True]
+    for proc in processes_naming(sandbox.workdir):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert not any(secret in arg for arg in proc.cmdline())
+    assert os.stat(Path(sandbox.workdir) / cdp_gate.SECRET_FILE).st_mode & 0o077 == 0
+
+
 # --- nothing left behind ---------------------------------------------------------------------
 
 
@@ -486,7 +571,8 @@ def test_auto_falls_back_to_a_process_group_and_says_why(
     assert sandbox.details["isolation"] == "process group only"
     assert sandbox.details["isolation_warning"] == (
         "not root and user namespaces are unavailable (test): "
-        "the browser's egress is enforced by its proxy flag only"
+        "the browser's egress is enforced by its proxy flag only, and its debugging port is "
+        "open to every process on this host"
     )
     assert sandbox.run_key in caplog.text
     assert "proxy flag only" in caplog.text

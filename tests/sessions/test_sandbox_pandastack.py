@@ -642,6 +642,22 @@ def test_it_runs_the_browser_behind_the_gate_and_the_runs_proxy(
     status, _ = direct_get(f"{proxied}/json/version", {GATE_HEADER: "guess"})
     assert status == 401
 
+    # The loopback relay signs what it passes on, so it passes on nothing to a local process
+    # that does not hold its secret, which only cdp_url carries.
+    relay = urlsplit(sandbox.cdp_url)
+    relay_secret = relay.path.strip("/")
+    assert len(relay_secret) >= 40
+    for unsigned in ("/json/version", f"/{relay_secret[:-1]}/json/version", "/devtools/browser/x"):
+        status, body = direct_get(f"http://127.0.0.1:{relay.port}{unsigned}", {})
+        assert status == 403, unsigned
+        assert b"devtools" not in body
+    with pytest.raises(PlaywrightError):
+        playwright_instance.chromium.connect_over_cdp(
+            f"http://127.0.0.1:{relay.port}", timeout=5_000
+        )
+    version = json.loads(direct_get(f"{sandbox.cdp_url}/json/version", {})[1])
+    assert urlsplit(version["webSocketDebuggerUrl"]).path.startswith(f"/{relay_secret}/devtools/")
+
     # The runner's way in: connect_over_cdp on the loopback relay.
     browser = playwright_instance.chromium.connect_over_cdp(sandbox.cdp_url, timeout=15_000)
     try:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -10,7 +11,8 @@ from django.utils import timezone
 
 from pandaweb.audit.models import AuditEvent
 from sessions import services
-from sessions.models import Run
+from sessions.models import Run, StepResult
+from tests.factories import ApprovalRequestFactory
 from workflows.models import Workflow
 
 pytestmark = pytest.mark.django_db
@@ -53,14 +55,43 @@ def test_launch_refuses_bad_inputs_field_by_field(operator: User, demo_workflow:
 
 
 def test_one_idempotency_key_launches_one_run(operator: User, demo_workflow: Workflow) -> None:
-    first = services.run_launch(
+    first, made_first = services.run_launch_once(
         workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS, idempotency_key="k-1"
     )
-    second = services.run_launch(
-        workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS, idempotency_key="k-1"
+    # The same inputs as another client writes them: the rule compares typed values.
+    spelled_otherwise = {**INPUTS, "amount": f" {INPUTS['amount']} "}
+    second, made_second = services.run_launch_once(
+        workflow_id=demo_workflow.pk,
+        user=operator,
+        raw_inputs=spelled_otherwise,
+        idempotency_key="k-1",
     )
 
     assert first.pk == second.pk
+    assert (made_first, made_second) == (True, False)
+    assert Run.objects.count() == 1
+
+
+def test_a_reused_idempotency_key_with_other_inputs_is_refused(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    services.run_launch(
+        workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS, idempotency_key="k-1"
+    )
+    with pytest.raises(services.IdempotencyKeyReused, match="different launch"):
+        services.run_launch(
+            workflow_id=demo_workflow.pk,
+            user=operator,
+            raw_inputs={**INPUTS, "invoice": "INV-9999"},
+            idempotency_key="k-1",
+        )
+    with pytest.raises(services.RunError, match="invalid idempotency key"):
+        services.run_launch(
+            workflow_id=demo_workflow.pk,
+            user=operator,
+            raw_inputs=INPUTS,
+            idempotency_key="k" * 101,
+        )
     assert Run.objects.count() == 1
 
 
@@ -117,6 +148,83 @@ def test_the_reaper_interrupts_runs_whose_worker_went_quiet(
     assert fresh.status == Run.Status.RUNNING
 
 
+def record_steps(run: Run, indices: range, status: str = "succeeded") -> None:
+    for index in indices:
+        StepResult.objects.create(
+            run=run, index=index, step_id=f"s{index}", step_type="click", sentence="A step",
+            status=status, started_at=timezone.now(), duration_ms=10,
+        )  # fmt: skip
+
+
+def step_count(run: Run) -> int:
+    return len((run.version.document or {})["steps"])
+
+
+def quiet_running(operator: User, workflow: Workflow) -> Run:
+    run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs=INPUTS)
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.RUNNING,
+        heartbeat_at=timezone.now() - timedelta(minutes=5),
+        outputs={"receipt": "PAY-0042"},
+    )
+    run.refresh_from_db()
+    return run
+
+
+def test_the_reaper_settles_a_run_whose_every_step_was_recorded_done_as_succeeded(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    """The worker died after the last step's record and before the run's own end."""
+    run = quiet_running(operator, demo_workflow)
+    record_steps(run, range(step_count(run)))
+
+    assert services.run_reap() == [run.pk]
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.failure_reason == ""
+    assert run.outputs == {"receipt": "PAY-0042"}
+    settled = AuditEvent.objects.get(action="run.succeeded", run_id=run.pk)
+    assert settled.extra["settled_by"] == "reaper"
+
+
+def test_the_reaper_says_an_approved_action_went_through_when_later_steps_are_missing(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    run = quiet_running(operator, demo_workflow)
+    steps = step_count(run)
+    record_steps(run, range(steps - 2))
+    now = timezone.now()
+    ApprovalRequestFactory.create(
+        run=run, step_index=steps - 3, status="approved", intent_at=now, completed_at=now,
+        action="Click the button 'Submit payment' on http://127.0.0.1:8001/",
+        action_result="Payment PAY-0042 submitted",
+    )  # fmt: skip
+
+    assert services.run_reap() == [run.pk]
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.INTERRUPTED
+    assert f"the approved action of step {steps - 2} went through" in run.failure_reason
+    assert "Payment PAY-0042 submitted" in run.failure_reason
+    assert "stopped answering" not in run.failure_reason
+
+
+def test_the_reaper_does_not_call_a_run_with_a_failed_step_a_success(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    run = quiet_running(operator, demo_workflow)
+    steps = step_count(run)
+    record_steps(run, range(steps - 1))
+    record_steps(run, range(steps - 1, steps), status="failed")
+
+    services.run_reap()
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.INTERRUPTED
+    assert "stopped answering" in run.failure_reason
+
+
 def test_cancelling_a_run_whose_browser_is_on_another_host_sends_the_kill_there(
     operator: User, demo_workflow: Workflow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -138,6 +246,43 @@ def test_cancelling_a_run_whose_browser_is_on_another_host_sends_the_kill_there(
     assert sent == [{"kwargs": {"sandbox": record}, "queue": "host.worker-host-2"}]
     run.refresh_from_db()
     assert run.status == Run.Status.CANCELLED
+
+
+def test_housekeeping_destroys_what_no_live_run_owns_and_spares_the_rest(
+    operator: User, demo_workflow: Workflow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From what is on disk and running, not only from rows: an egress supervisor and a browser
+    left by a run that ended go; a live run's, a fresh one and another installation's stay."""
+    from sessions.durability import egress_dir, egress_start
+
+    monkeypatch.setenv("PANDAWEB_SANDBOX_DIR", str(tmp_path))
+    ended = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
+    Run.objects.filter(pk=ended.pk).update(status=Run.Status.CANCELLED)
+    live = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
+    ended_key, live_key = services.sandbox_run_key(ended.pk), services.sandbox_run_key(live.pk)
+    stale_key = services.sandbox_run_key(live.pk)  # an earlier start of the live run
+    Run.objects.filter(pk=live.pk).update(status=Run.Status.RUNNING, sandbox={"run_key": live_key})
+    foreign_key = f"run-{ended.pk}-0123abcd4567ef89"
+    supervisor = egress_start(run_key=ended_key, allowed_hosts=[], deadline=time.time() + 600)
+    assert supervisor.alive()
+    old = time.time() - 120
+    for key in (ended_key, live_key, stale_key, foreign_key):
+        workdir = tmp_path / key
+        workdir.mkdir()
+        (workdir / ".pandaweb-sandbox").touch()
+        (workdir / "deadline").write_text(repr(time.time() + 600))
+        os.utime(workdir, (old, old))
+    os.utime(egress_dir(ended_key), (old, old))
+    young = services.sandbox_run_key(ended.pk)
+    (tmp_path / young).mkdir()
+
+    reaped = services.sandbox_reap_orphans()
+
+    assert sorted(reaped) == sorted([ended_key, stale_key])
+    assert not supervisor.alive()
+    assert not egress_dir(ended_key).exists()
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != "egress")
+    assert left == sorted([live_key, foreign_key, young])
 
 
 def test_the_sandbox_reaper_destroys_what_outlived_its_deadline_on_this_host(

@@ -36,6 +36,12 @@ def test_the_launch_form_is_typed_and_a_double_submit_launches_once(
     run = Run.objects.get()
     assert first["Location"] == second["Location"] == f"/runs/{run.pk}/"
 
+    # Back, another amount, the same form: refused in the form's words, nothing launched.
+    edited = client.post(f"/runs/launch/{demo_workflow.slug}/", {**data, "param_amount": "1.00"})
+    assert edited.status_code == 200
+    assert "This form already launched a run with other inputs." in edited.content.decode()
+    assert Run.objects.count() == 1
+
 
 def test_bad_inputs_come_back_with_field_errors(operator: User, demo_workflow: Workflow) -> None:
     client = Client()

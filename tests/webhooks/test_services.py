@@ -425,3 +425,78 @@ def test_beat_and_the_housekeeping_thread_know_the_periodic_tasks() -> None:
     beat = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
     assert {"webhooks.drain", "schedules.tick"} <= beat
     assert {"webhooks.drain", "schedules.tick"} <= set(app.tasks)
+
+
+def opened_request() -> ApprovalRequest:
+    """A running run reaching its gate as the runner does: the request opens, the run waits."""
+    from approvals.services import approval_open
+    from tests.approvals.reach import Gate, png
+
+    run = ApprovalRequestFactory.create().run
+    run.approvals.all().delete()
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING)
+    evidence = {"step_index": 0, "step_id": "pay", "action": "Click the button 'Pay'", "target": {}}
+    with transaction.atomic():
+        locked = run_services.lock_run(run.pk)
+        approval = approval_open(
+            run=locked, gate=Gate(evidence=evidence, screenshot=png()), previous=None
+        )
+        run_services.transition(locked, Run.Status.AWAITING_APPROVAL, reason="irreversible step")
+    return approval
+
+
+def test_a_new_request_is_announced_with_its_run_waiting(admin: User, receiver: Receiver) -> None:
+    subscribe(admin, receiver, events=[Event.APPROVAL_REQUESTED])
+
+    approval = opened_request()
+
+    data = Message.objects.get(event="approval.requested").payload["data"]
+    assert (data["id"], data["status"]) == (approval.pk, "pending")
+    assert data["run"]["status"] == Run.Status.AWAITING_APPROVAL
+
+
+@pytest.mark.parametrize(
+    ("approve", "approval_status", "run_status"),
+    [
+        (True, ApprovalRequest.Status.APPROVED, Run.Status.RUNNING),
+        (False, ApprovalRequest.Status.REJECTED, Run.Status.CANCELLED),
+    ],
+)
+def test_a_verdict_is_announced_with_the_run_status_it_caused(
+    admin: User, receiver: Receiver, approve: bool, approval_status: str, run_status: str
+) -> None:
+    subscribe(admin, receiver)
+    approval = opened_request()
+    reviewer = user_with_role(Role.REVIEWERS, username="rory")
+
+    approval_decide(
+        approval_id=approval.pk,
+        user=reviewer,
+        approve=approve,
+        reason="checked" if approve else "wrong amount",
+        evidence_sha256=approval.evidence_sha256,
+    )
+
+    data = Message.objects.get(event="approval.decided").payload["data"]
+    assert (data["status"], data["run"]["status"]) == (approval_status, run_status)
+    assert [m.payload["data"]["status"] for m in Message.objects.filter(event="run.failed")] == (
+        [] if approve else [Run.Status.CANCELLED]
+    )
+
+
+def test_an_expired_request_is_announced_with_its_run_cancelled(
+    admin: User, receiver: Receiver
+) -> None:
+    from approvals.services import approval_expire_due
+
+    subscribe(admin, receiver, events=[Event.APPROVAL_DECIDED])
+    approval = opened_request()
+
+    with time_machine.travel(approval.expires_at + timedelta(seconds=1)):
+        assert approval_expire_due() == [approval.pk]
+
+    data = Message.objects.get(event="approval.decided").payload["data"]
+    assert (data["status"], data["run"]["status"]) == (
+        ApprovalRequest.Status.EXPIRED,
+        Run.Status.CANCELLED,
+    )

@@ -66,3 +66,21 @@ def test_a_mutated_file_is_imported_whole_or_not_at_all(
     else:
         draft = workflow.versions.get(status="draft")
         assert len(draft.steps) == len(document["steps"])
+
+
+def test_a_null_character_anywhere_is_refused_where_it_is(
+    operator: User, acme_credential: Credential
+) -> None:
+    """PostgreSQL cannot store U+0000: found by the fuzz above as a failed save, not a refusal."""
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document["steps"][3]["value"] = "12\x0050"
+    document["description"] = "pay\x00"
+
+    with pytest.raises(services.ImportRefused) as refused:
+        services.workflow_import(user=operator, text=yaml.safe_dump(document))
+
+    messages = [str(problem) for problem in refused.value.problems]
+    assert len(messages) == 2
+    assert all("null characters are not allowed" in message for message in messages)
+    assert all(problem.line for problem in refused.value.problems)
+    assert not Workflow.objects.exists()

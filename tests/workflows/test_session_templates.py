@@ -17,7 +17,7 @@ from tests.factories import user_with_role
 from workflows import services
 from workflows.diff import document_diff
 from workflows.fileformat import DocumentError, canonical_data, dump_document, load_document
-from workflows.models import Credential, Workflow
+from workflows.models import Credential, Workflow, WorkflowVersion
 from workflows.schema import WorkflowDocument, credentials_used, document_problems
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "workflows" / "examples"
@@ -234,7 +234,9 @@ def test_the_demo_set_up_publishes_every_example_once(db: None) -> None:
     assert published["acme-download-invoices"]["session"]["logged_in"]["name"] == "Log out"  # type: ignore[index]
     assert "session" not in published["acme-pay-invoice"]  # type: ignore[operator]
     assert Credential.objects.get().name == "acme-portal"
-    assert "demo workflow 'acme-download-invoices' already loaded" in out.getvalue()
+    # The second call finds each workflow already aimed at the configured portal: no new version.
+    assert "demo workflow 'acme-download-invoices' aims at 127.0.0.1:8001" in out.getvalue()
+    assert not WorkflowVersion.objects.filter(number__gt=1).exists()
 
 
 # The editor -------------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """The ``microvm`` backend: one QEMU ``microvm`` per run, Chromium inside (no Django imports).
 
 The isolation boundary is a guest kernel. The guest has no network of its own (``restrict=on``
-user networking): the only ways in or out are two host-loopback forwards (CDP and a clock
-control port) and one guest forward to ``10.0.2.100:3128``, which reaches the run's egress proxy
-through a relay on a Unix socket in the sandbox's directory. Until that relay is started the
-guest cannot reach anything at all, which is what lets a warm pool hold VMs before their run is
-known.
+user networking): the only ways in or out are two loopback forwards (CDP and a clock control
+port) and one guest forward to ``10.0.2.100:3128``, which reaches the run's egress proxy
+through a relay on a Unix socket in the sandbox's directory. Where the worker is root, QEMU runs
+in a network namespace of its own, so its forwards are out of every other host process's reach,
+and the run's CDP gate (``sessions.sandbox.cdp_gate``, secret required) is the way in. Until
+the proxy relay is started the guest cannot reach anything at all, which is what lets a warm
+pool hold VMs before their run is known.
 
 Runs start by restoring a saved VM (Chromium started, blank page) instead of booting: ~1 s instead
 of ~19 s under TCG. The base state is made once per image and machine configuration; session
@@ -13,7 +15,7 @@ templates save their own after logging in (``snapshot()``).
 
 The layout of ``<root>/<name>/`` follows the local backend (marker, ``deadline``, ``pgid``,
 ``sandbox.json``), so its watchdog and ``reap_orphans`` destroy VMs too, plus ``qmp.sock``,
-``proxy.sock``, ``serial.log``.
+``proxy.sock``, ``serial.log``, and with a namespace ``cdp.secret`` and ``cdp-gate.port``.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -36,6 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from sessions.sandbox import cdp_gate
 from sessions.sandbox._proc import (
     DEADLINE_FILE,
     MARKER,
@@ -165,7 +170,7 @@ def _tail(path: Path, lines: int = 10) -> str:
     return "\n".join(line for line in text.splitlines()[-lines:] if line.strip())
 
 
-def _push_clock(port: int, timeout: float, done: threading.Event) -> None:
+def _push_clock(port: int, timeout: float, done: threading.Event, netns: str = "") -> None:
     """Set the guest's clock to the host's, and ``done`` once the guest confirms it.
 
     A restored guest wakes up at the time it was saved, and a clock hours behind breaks TLS
@@ -173,6 +178,9 @@ def _push_clock(port: int, timeout: float, done: threading.Event) -> None:
     sent is fresh when it is applied, however slowly the guest started its side.
     """
     try:
+        if netns:
+            # This thread only: the forward listens in QEMU's namespace.
+            cdp_gate.enter_network_namespace(netns)
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
             answers = conn.makefile("rb")
             if answers.readline(100).strip() != b"ready":
@@ -182,6 +190,54 @@ def _push_clock(port: int, timeout: float, done: threading.Event) -> None:
                 done.set()
     except OSError:
         return
+
+
+def _network_namespace_tools() -> tuple[str, str] | None:
+    """``unshare`` and ``ip`` when this worker may give QEMU a network namespace (root, so the
+    gate may enter it too), else None."""
+    if os.geteuid() != 0:
+        return None
+    search = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    unshare, ip = shutil.which("unshare", path=search), shutil.which("ip", path=search)
+    return (unshare, ip) if unshare and ip else None
+
+
+def _own_namespace(qemu: subprocess.Popen[bytes], timeout: float = 10.0) -> str:
+    """The path of QEMU's network namespace, once unshare has made it (the gate must not enter
+    the host's by starting first)."""
+    host = os.readlink("/proc/self/ns/net")
+    path = f"/proc/{qemu.pid}/ns/net"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if qemu.poll() is not None:
+            raise SandboxError("QEMU exited before its network namespace was made")
+        with contextlib.suppress(OSError):
+            if os.readlink(path) != host:
+                return path
+        time.sleep(0.005)
+    raise SandboxError(f"QEMU's network namespace was not made within {timeout:g} s")
+
+
+def _spawn_gate(workdir: Path, upstream: str, netns: str) -> subprocess.Popen[bytes]:
+    atomic_write(workdir / cdp_gate.SECRET_FILE, secrets.token_urlsafe(32))
+    with open(workdir / "cdp-gate.log", "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-S", cdp_gate.__file__, str(workdir), upstream, netns],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+            # Its own session, like the proxy relay: the workdir on its command line is what
+            # stop_browser() and the watchdog find it by.
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
+def _gate_listens(vm: _VM) -> bool:
+    if vm.gate is not None and vm.gate.poll() is not None:
+        raise SandboxError(f"the microVM's CDP gate exited: {_tail(vm.workdir / 'cdp-gate.log')}")
+    return (vm.workdir / cdp_gate.PORT_FILE).exists()
 
 
 def _host_tsc_khz() -> int | None:
@@ -215,11 +271,25 @@ class _VM:
     watchdog: subprocess.Popen[bytes]
     cdp_port: int
     control_port: int
+    # QEMU's own network namespace ("" when this host cannot make one), where its forwards
+    # listen, and the CDP gate that is the host's only way to them.
+    netns: str = ""
+    gate: subprocess.Popen[bytes] | None = None
     relay: subprocess.Popen[bytes] | None = None
 
     @property
     def procs(self) -> list[subprocess.Popen[bytes]]:
-        return [p for p in (self.qemu, self.watchdog, self.relay) if p is not None]
+        return [p for p in (self.qemu, self.watchdog, self.gate, self.relay) if p is not None]
+
+    @property
+    def cdp_url(self) -> str:
+        """The browser's address for this host's processes: behind the gate with the VM's
+        secret, or (without a namespace) QEMU's forward itself."""
+        if self.gate is None:
+            return f"http://127.0.0.1:{self.cdp_port}"
+        port = (self.workdir / cdp_gate.PORT_FILE).read_text().strip()
+        secret = (self.workdir / cdp_gate.SECRET_FILE).read_text().strip()
+        return f"http://127.0.0.1:{port}/{secret}"
 
 
 class MicroVMBackend(WorkdirSandboxes):
@@ -288,7 +358,7 @@ class MicroVMBackend(WorkdirSandboxes):
             sandbox = Sandbox(
                 backend=self.name,
                 run_key=spec.run_key,
-                cdp_url=f"http://127.0.0.1:{vm.cdp_port}",
+                cdp_url=vm.cdp_url,
                 pid=vm.qemu.pid,
                 pgid=vm.qemu.pid,
                 workdir=str(vm.workdir),
@@ -350,6 +420,13 @@ class MicroVMBackend(WorkdirSandboxes):
             atomic_write(workdir / DEADLINE_FILE, repr(deadline))
             cdp_port, control_port = _free_port(), _free_port()
             argv = self._qemu_argv(workdir, image, window, cdp_port, control_port, state)
+            isolated = _network_namespace_tools()
+            if isolated is not None:
+                unshare, ip = isolated
+                # QEMU's forwards listen in a namespace of their own, which no other process
+                # on the host can reach; the CDP gate (with the run's secret) is the way in.
+                argv = [unshare, "--net", "--", "sh", "-c", f'{ip} link set lo up && exec "$@"',
+                        "pandaweb-qemu", *argv]  # fmt: skip
             env = {key: os.environ[key] for key in _PASSED_ENV if key in os.environ}
             env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
             with open(workdir / "qemu.log", "wb") as log:
@@ -366,15 +443,20 @@ class MicroVMBackend(WorkdirSandboxes):
             atomic_write(workdir / PGID_FILE, f"{qemu.pid} {qemu.pid}")
             # Started at once: a worker killed while the VM boots is covered too.
             watchdog = spawn_watchdog(workdir, qemu.pid)
+            vm = _VM(workdir, qemu, watchdog, cdp_port, control_port)
+            if isolated is not None:
+                vm.netns = _own_namespace(qemu)
+                vm.gate = _spawn_gate(workdir, f"tcp:127.0.0.1:{cdp_port}", vm.netns)
         except BaseException as exc:
             if qemu is not None:
                 qemu.kill()
                 qemu.wait()
+            stop_browser(str(workdir), None, None, grace=0.0)
             remove_workdir(workdir)
             if isinstance(exc, OSError):
                 raise SandboxError(f"could not start QEMU ({QEMU}): {exc}") from exc
             raise
-        return _VM(workdir, qemu, watchdog, cdp_port, control_port)
+        return vm
 
     def _qemu_argv(
         self,
@@ -478,11 +560,13 @@ class MicroVMBackend(WorkdirSandboxes):
             elif pusher is None or (not pusher.is_alive() and not clock_set.is_set()):
                 # The clock is set while CDP comes up: they cost the guest separate processes.
                 pusher = threading.Thread(
-                    target=_push_clock, args=(vm.control_port, 30.0, clock_set), daemon=True
+                    target=_push_clock,
+                    args=(vm.control_port, 30.0, clock_set, vm.netns),
+                    daemon=True,
                 )
                 pusher.start()
-            if running and version is None:
-                version = json_version(f"http://127.0.0.1:{vm.cdp_port}", timeout=2.0)
+            if running and version is None and (vm.gate is None or _gate_listens(vm)):
+                version = json_version(vm.cdp_url, timeout=2.0)
             if version is not None and clock_set.wait(0.05):
                 return version
             if time.monotonic() - t0 > timeout:

@@ -18,6 +18,10 @@ from workflows.models import Workflow
 EXIT_FAILED = 1  # the run ended other than succeeded
 EXIT_INVALID = 2  # refused: unknown workflow or user, invalid inputs
 EXIT_TIMEOUT = 3  # --wait gave up; the run goes on
+EXIT_WAITING = 4  # --wait: the run waits for a person (an approval or an answer)
+
+# Where --wait returns without the run having ended: a person has to act first.
+WAITING_FOR_A_PERSON = frozenset({Run.Status.AWAITING_APPROVAL, Run.Status.AWAITING_ANSWER})
 
 
 class Command(BaseCommand):
@@ -38,12 +42,16 @@ class Command(BaseCommand):
             help="who launches (needs the launch capability); default $PANDAWEB_CLI_USER",
         )
         parser.add_argument(
-            "--idempotency-key", default="", help="launching again with it returns the same run"
+            "--idempotency-key",
+            default="",
+            help="launching again with it and the same inputs returns the same run; with other "
+            "inputs it is refused (exit 2)",
         )
         parser.add_argument(
             "--wait",
             action="store_true",
-            help="wait until the run ends or waits for approval; exit 1 unless it succeeded",
+            help="wait until the run ends (exit 0 if it succeeded, 1 otherwise) or waits for a "
+            "person's approval or answer (exit 4)",
         )
         parser.add_argument("--timeout", type=float, default=900.0, help="seconds, with --wait")
         parser.add_argument("--json", action="store_true", help="print the run as JSON")
@@ -87,7 +95,14 @@ class Command(BaseCommand):
             self.stdout.write(f"run {run.pk} {status}")
         if options["wait"]:
             if status is None:
-                raise CommandError(f"run {run.pk} still going after the timeout", returncode=3)
+                raise CommandError(
+                    f"run {run.pk} still going after the timeout", returncode=EXIT_TIMEOUT
+                )
+            if status in WAITING_FOR_A_PERSON:
+                raise CommandError(
+                    f"run {run.pk} is {status}: a person decides in the dashboard",
+                    returncode=EXIT_WAITING,
+                )
             if status != Run.Status.SUCCEEDED:
                 raise CommandError(f"run {run.pk} ended {status}", returncode=EXIT_FAILED)
 
@@ -105,7 +120,8 @@ def _user(username: str) -> User:
 
 
 def _wait(run_id: int, timeout: float, say: Any) -> str | None:
-    """Poll until the run is final (or stops to wait for a person); None at the timeout."""
+    """Poll until the run is final, needs reconciliation or waits for a person; None at the
+    timeout."""
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
@@ -113,7 +129,11 @@ def _wait(run_id: int, timeout: float, say: Any) -> str | None:
         if status != last:
             say(f"run {run_id}: {status}")
             last = status
-        if status in Run.FINAL or status == Run.Status.NEEDS_RECONCILIATION:
+        if (
+            status in Run.FINAL
+            or status in WAITING_FOR_A_PERSON
+            or status == Run.Status.NEEDS_RECONCILIATION
+        ):
             return status
         time.sleep(1.0)  # a person-scale wait; the database is the only channel here
     return None

@@ -4,6 +4,7 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,6 +17,25 @@ from pandaweb import supervisor
 from pandaweb.core.selectors import deployment_summary
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
 from sessions.services import host_queue
+
+
+def served_environment(
+    environ: Mapping[str, str], host: str, port: int, portal_port: int | None
+) -> dict[str, str]:
+    """The settings the started processes need to follow the ports actually served: the
+    dashboard's origins (websockets), its address (links in notifications, the passkey origin)
+    unless one is configured (a public address behind a proxy), and the demo portal's address."""
+    # A wildcard bind is not an address a browser can open; the loopback one is.
+    wildcards = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}  # noqa: S104 (not a bind)
+    reachable = wildcards.get(host, host)
+    if ":" in reachable and not reachable.startswith("["):
+        reachable = f"[{reachable}]"
+    served = {"PANDAWEB_PORT": str(port)}
+    if not environ.get("PANDAWEB_BASE_URL"):
+        served["PANDAWEB_BASE_URL"] = f"http://{reachable}:{port}"
+    if portal_port is not None:
+        served["PANDAWEB_DEMO_PORTAL_URL"] = f"http://127.0.0.1:{portal_port}/"
+    return served
 
 
 class Command(BaseCommand):
@@ -51,8 +71,15 @@ class Command(BaseCommand):
                 "run 'python manage.py migrate' first (scripts/quickstart does)"
             )
         host, port = options["host"], options["port"]
-        # The dashboard's own origins (for websockets) follow the port it serves on.
-        os.environ["PANDAWEB_PORT"] = str(port)
+        portal_port = None if options["no_portal"] else options["portal_port"]
+        os.environ.update(served_environment(os.environ, host, port, portal_port))
+        if portal_port is not None:
+            from workflows.management.commands.demo_workflow import demo_workflows_aim
+
+            # On every start: a demo workflow aimed at another port would drive whatever portal
+            # listens there (someone else's, on a shared machine).
+            for line in demo_workflows_aim(portal=f"127.0.0.1:{portal_port}"):
+                self.stdout.write(line)
         python = sys.executable
         children = [
             supervisor.Child(
@@ -61,8 +88,7 @@ class Command(BaseCommand):
                 ready_url=f"http://{host}:{port}/login/",
             )
         ]
-        if not options["no_portal"]:
-            portal_port = options["portal_port"]
+        if portal_port is not None:
             children.append(
                 supervisor.Child(
                     name="demo portal",

@@ -1,0 +1,1 @@
+"""PostgreSQL with a pool that gets over connections the server closed (``base.py``)."""
