@@ -54,7 +54,9 @@ def execute(run: Run) -> Run:
 
 
 def chromium_of(run: Run) -> list[psutil.Process]:
-    return processes_with(f"run-{run.pk}-")
+    # Each xdist worker has its own database, so run ids repeat across workers; the installation
+    # tag in the run key keeps this worker from counting another worker's browser.
+    return processes_with(f"run-{run.pk}-{services.installation_tag()}")
 
 
 def open_invoice(server: PortalServer) -> tuple[str, str]:
