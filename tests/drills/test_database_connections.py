@@ -1,8 +1,10 @@
-"""Drill: a burst of API requests on a real daphne process keeps its PostgreSQL connections within
-the pool's bound (``PANDAWEB_DB_POOL_MAX``) and answers none of them with a 5xx."""
+"""Drills on a real daphne process and its PostgreSQL connections: a burst of API requests stays
+within the pool's bound (``PANDAWEB_DB_POOL_MAX``) with no 5xx, and the API and ``/mcp/`` answer
+again after the server closed every connection daphne held."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import os
@@ -17,6 +19,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from django.contrib.auth.models import User
+from mcp import types
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from approvals.models import ApprovalRequest
 from approvals.services import evidence_hash
@@ -25,6 +32,10 @@ from tests.api.conftest import make_token
 from tests.drills.conftest import ROOT, _database_url, until
 from tests.e2e.conftest import free_port
 from tests.factories import ApprovalRequestFactory, user_with_role
+from tests.sessions.conftest import acme_credential, demo_workflow, operator
+from workflows.models import Workflow
+
+__all__ = ["acme_credential", "demo_workflow", "operator"]
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -145,3 +156,52 @@ def test_2000_api_requests_from_20_clients_stay_within_the_pool_without_a_5xx(
     assert max(samples) <= POOL_MAX, f"{max(samples)} connections, bound {POOL_MAX}"
     print(f"\n{CLIENTS * REQUESTS_PER_CLIENT} requests in {elapsed:.1f} s: {dict(statuses)}; "
           f"daphne's connections: at most {max(samples)} over {len(samples)} samples")  # fmt: skip
+
+
+def list_tools_over_mcp(port: int, token: str) -> list[str]:
+    async def talk() -> list[str]:
+        client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        url = f"http://127.0.0.1:{port}/mcp/"
+        async with client, streamable_http_client(url, http_client=client) as streams:
+            read, write = streams[0], streams[1]
+            async with ClientSession(
+                read, write, client_info=types.Implementation(name="drill", version="1")
+            ) as session:
+                await session.initialize()
+                return [tool.name for tool in (await session.list_tools()).tools]
+
+    return asyncio.run(talk())
+
+
+def api_get(port: int, token: str, path: str) -> tuple[int, bytes]:
+    server = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        server.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+        response = server.getresponse()
+        return response.status, response.read()
+    finally:
+        server.close()
+
+
+def test_the_api_and_mcp_answer_again_after_postgresql_closed_daphnes_connections(
+    daphne: int, operator: User, demo_workflow: Workflow
+) -> None:
+    token = make_token(operator)
+    Workflow.objects.filter(pk=demo_workflow.pk).update(offer_as_tool=True)
+    before = list_tools_over_mcp(daphne, token)
+    assert demo_workflow.slug in before
+    assert api_get(daphne, token, "/api/v1/runs/?limit=5")[0] == 200
+
+    with psycopg.connect(_database_url(), autocommit=True) as admin:
+        assert daphne_connections(admin) >= 1, "daphne should hold pooled connections by now"
+        # What a database restart, a failover or an idle timeout does to them.
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = %s",
+            [APPLICATION],
+        )
+        until(lambda: daphne_connections(admin) == 0, 10, "the backends to end")
+
+    assert list_tools_over_mcp(daphne, token) == before
+    status, body = api_get(daphne, token, "/api/v1/runs/?limit=5")
+    assert status == 200, body[:300]
