@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date
 from decimal import Decimal, InvalidOperation
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
@@ -235,6 +235,11 @@ class Expect(Strict):
 
 
 class StepBase(Strict):
+    # What the editor's palette calls the kind, and whether a session template may use it (to
+    # get to a logged-in page; reading values, saving files and asking belong to the run).
+    label: ClassVar[str]
+    in_session: ClassVar[bool] = True
+
     id: str = Field(pattern=STEP_ID, description="unique within the workflow, e.g. open-login")
     description: str = Field(default="", max_length=500)
     irreversible: bool = False
@@ -256,6 +261,7 @@ class StepBase(Strict):
 
 class GotoStep(StepBase):
     type: Literal["goto"]
+    label: ClassVar[str] = "Go to a page"
     url: str = Field(min_length=1, max_length=2000)
 
     def templates(self) -> list[tuple[str, str]]:
@@ -264,6 +270,7 @@ class GotoStep(StepBase):
 
 class ClickStep(StepBase):
     type: Literal["click"]
+    label: ClassVar[str] = "Click"
     target: Target
     # What to do with a confirm()/alert()/prompt() the click opens; a dialog the step does not
     # declare fails it (nobody says yes on the workflow's behalf).
@@ -284,6 +291,7 @@ class ClickStep(StepBase):
 
 class FillStep(StepBase):
     type: Literal["fill"]
+    label: ClassVar[str] = "Fill a field"
     target: Target
     value: str = Field(max_length=5000)
 
@@ -293,6 +301,7 @@ class FillStep(StepBase):
 
 class SelectStep(StepBase):
     type: Literal["select"]
+    label: ClassVar[str] = "Choose an option"
     target: Target
     option: str = Field(min_length=1, max_length=300)
 
@@ -302,16 +311,19 @@ class SelectStep(StepBase):
 
 class CheckStep(StepBase):
     type: Literal["check"]
+    label: ClassVar[str] = "Tick"
     target: Target
 
 
 class UncheckStep(StepBase):
     type: Literal["uncheck"]
+    label: ClassVar[str] = "Untick"
     target: Target
 
 
 class PressStep(StepBase):
     type: Literal["press"]
+    label: ClassVar[str] = "Press a key"
     key: str
     target: Target | None = None
 
@@ -327,6 +339,7 @@ class PressStep(StepBase):
 
 class WaitForStep(StepBase):
     type: Literal["wait_for"]
+    label: ClassVar[str] = "Wait for"
     target: Target | None = None
     state: Literal["visible", "hidden"] = "visible"
     url: str | None = Field(default=None, min_length=1, max_length=2000)
@@ -362,6 +375,7 @@ WAIT_LIMIT_SECONDS = 60
 
 class WaitStep(StepBase):
     type: Literal["wait"]
+    label: ClassVar[str] = "Pause"
     seconds: float
 
     @field_validator("seconds")
@@ -398,6 +412,8 @@ class ExtractField(Strict):
 
 class ExtractStep(StepBase):
     type: Literal["extract"]
+    label: ClassVar[str] = "Extract values"
+    in_session: ClassVar[bool] = False
     fields: list[ExtractField] = Field(min_length=1, max_length=50)
 
     def targets(self) -> list[Target]:
@@ -433,10 +449,16 @@ class CompareCheck(Strict):
 
 Check = Annotated[TextCheck | UrlCheck | CountCheck | CompareCheck, Field(discriminator="kind")]
 CHECK_ADAPTER: TypeAdapter[Any] = TypeAdapter(Check)
+CHECK_KINDS: tuple[str, ...] = tuple(
+    kind
+    for cls in get_args(get_args(Check)[0])
+    for kind in get_args(cls.model_fields["kind"].annotation)
+)
 
 
 class AssertStep(StepBase):
     type: Literal["assert"]
+    label: ClassVar[str] = "Check the outcome"
     checks: list[Check] = Field(min_length=1, max_length=50)
 
     def targets(self) -> list[Target]:
@@ -445,18 +467,23 @@ class AssertStep(StepBase):
 
 class ScreenshotStep(StepBase):
     type: Literal["screenshot"]
+    label: ClassVar[str] = "Screenshot"
+    in_session: ClassVar[bool] = False
     name: str = Field(pattern=IDENTIFIER)
     full_page: bool = False
 
 
 class DownloadStep(StepBase):
     type: Literal["download"]
+    label: ClassVar[str] = "Download a file"
+    in_session: ClassVar[bool] = False
     target: Target
     name: str = Field(pattern=IDENTIFIER)
 
 
 class LoginStep(StepBase):
     type: Literal["login"]
+    label: ClassVar[str] = "Log in"
     credential: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
     username: Target
     password: Target
@@ -475,6 +502,8 @@ class AskStep(StepBase):
     ``{{ outputs.<save_as> }}``. A one-time code is masked everywhere and never stored in clear."""
 
     type: Literal["ask"]
+    label: ClassVar[str] = "Ask a person"
+    in_session: ClassVar[bool] = False
     question: str = Field(min_length=1, max_length=500)
     answer: Literal["text", "code", "choice"] = "text"
     options: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
@@ -506,6 +535,7 @@ class AskStep(StepBase):
 
 Step = Annotated[
     GotoStep
+    | LoginStep
     | ClickStep
     | FillStep
     | SelectStep
@@ -518,15 +548,19 @@ Step = Annotated[
     | AssertStep
     | ScreenshotStep
     | DownloadStep
-    | LoginStep
     | AskStep,
     Field(discriminator="type"),
 ]
 STEP_ADAPTER: TypeAdapter[Step] = TypeAdapter(Step)
-STEP_TYPES: tuple[str, ...] = (
-    "goto", "click", "fill", "select", "check", "uncheck", "press", "wait_for", "wait", "extract",
-    "assert", "screenshot", "download", "login", "ask",
-)  # fmt: skip
+# Every list of step kinds (the palette, the file format's tags, the session's kinds) is read
+# off the union above, in its order: a kind is added in one place.
+STEP_CLASSES: tuple[type[StepBase], ...] = get_args(get_args(Step)[0])
+STEP_TYPES: tuple[str, ...] = tuple(
+    get_args(cls.model_fields["type"].annotation)[0] for cls in STEP_CLASSES
+)
+STEP_LABELS: dict[str, str] = {
+    kind: cls.label for kind, cls in zip(STEP_TYPES, STEP_CLASSES, strict=True)
+}
 
 
 # Parameters -------------------------------------------------------------------------------------
@@ -769,10 +803,9 @@ class WorkflowSettings(Strict):
 
 # What a session template may do: get to a logged-in page. Reading values, saving files and
 # anything irreversible belong to the run's own steps, which see the run's parameters.
-SESSION_STEP_TYPES: tuple[str, ...] = (
-    "goto", "click", "fill", "select", "check", "uncheck", "press", "wait_for", "wait", "assert",
-    "login",
-)  # fmt: skip
+SESSION_STEP_TYPES: tuple[str, ...] = tuple(
+    kind for kind, cls in zip(STEP_TYPES, STEP_CLASSES, strict=True) if cls.in_session
+)
 
 
 class SessionSpec(Strict):
@@ -968,84 +1001,110 @@ def _steps_problems(
     problems: list[Problem] = []
     for index, step in enumerate(steps):
         here: tuple[str | int, ...] = (*prefix, index)
-        if step.id in scope.session_ids:
-            problems.append(
-                Problem(
-                    path=(*here, "id"),
-                    message=f"duplicate step id '{step.id}' (a session step has it)",
-                )
+        problems += _common_problems(step, here, scope)
+        kind_problems = _KIND_PROBLEMS.get(type(step))
+        if kind_problems is not None:
+            problems += kind_problems(step, here, scope)
+    return problems
+
+
+def _common_problems(step: StepBase, here: tuple[str | int, ...], scope: _Scope) -> list[Problem]:
+    problems: list[Problem] = []
+    if step.id in scope.session_ids:
+        problems.append(
+            Problem(
+                path=(*here, "id"),
+                message=f"duplicate step id '{step.id}' (a session step has it)",
             )
-        elif step.id in scope.step_ids:
-            problems.append(Problem(path=(*here, "id"), message=f"duplicate step id '{step.id}'"))
-        scope.step_ids.add(step.id)
-        # A session step cannot be irreversible at all; that problem is reported on its own.
-        if step.irreversible and step.expect is None and not scope.session:
-            problems.append(
-                Problem(
-                    path=(*here, "expect"),
-                    message="an irreversible step must say how the portal shows that it worked "
-                    "(expect a text, an address or an element, e.g. expect: text: Payment "
-                    "submitted); without it a refused action would be reported as done",
-                )
+        )
+    elif step.id in scope.step_ids:
+        problems.append(Problem(path=(*here, "id"), message=f"duplicate step id '{step.id}'"))
+    scope.step_ids.add(step.id)
+    # A session step cannot be irreversible at all; that problem is reported on its own.
+    if step.irreversible and step.expect is None and not scope.session:
+        problems.append(
+            Problem(
+                path=(*here, "expect"),
+                message="an irreversible step must say how the portal shows that it worked "
+                "(expect a text, an address or an element, e.g. expect: text: Payment "
+                "submitted); without it a refused action would be reported as done",
             )
-        for field_name, text in step.all_templates():
-            try:
-                refs = references(text)
-            except ValueError as exc:
-                problems.append(Problem(path=(*here, field_name), message=str(exc)))
-                continue
-            for ns, name, sub in refs:
-                problem = _reference_problem(
-                    ns, name, sub, field=field_name, step=step, scope=scope
-                )
-                if problem:
-                    problems.append(Problem(path=(*here, field_name), message=problem))
-        if isinstance(step, GotoStep):
-            problem = _goto_problem(step.url, scope.hosts)
+        )
+    for field_name, text in step.all_templates():
+        try:
+            refs = references(text)
+        except ValueError as exc:
+            problems.append(Problem(path=(*here, field_name), message=str(exc)))
+            continue
+        for ns, name, sub in refs:
+            problem = _reference_problem(ns, name, sub, field=field_name, step=step, scope=scope)
             if problem:
-                problems.append(Problem(path=(*here, "url"), message=problem))
-        if isinstance(step, LoginStep) and step.credential not in scope.scoped:
-            problems.append(
-                Problem(
-                    path=(*here, "credential"),
-                    message=f"credential '{step.credential}' is not among this workflow's "
-                    "credentials (settings → credentials)",
-                )
+                problems.append(Problem(path=(*here, field_name), message=problem))
+    return problems
+
+
+def _goto_problems(step: GotoStep, here: tuple[str | int, ...], scope: _Scope) -> list[Problem]:
+    problem = _goto_problem(step.url, scope.hosts)
+    return [Problem(path=(*here, "url"), message=problem)] if problem else []
+
+
+def _login_problems(step: LoginStep, here: tuple[str | int, ...], scope: _Scope) -> list[Problem]:
+    problems = []
+    if step.credential not in scope.scoped:
+        problems.append(
+            Problem(
+                path=(*here, "credential"),
+                message=f"credential '{step.credential}' is not among this workflow's "
+                "credentials (settings → credentials)",
             )
-        if isinstance(step, LoginStep) and scope.credential_kinds is not None:
-            kind = scope.credential_kinds.get(step.credential)
-            if kind is not None and kind != "username_password":
-                problems.append(
-                    Problem(
-                        path=(*here, "credential"),
-                        message=f"credential '{step.credential}' is a {kind}, "
-                        "login needs a username and password",
-                    )
-                )
-        if isinstance(step, AssertStep):
-            for check_index, check in enumerate(step.checks):
-                if isinstance(check, CompareCheck):
-                    for side in ("left", "right"):
-                        problem = _operand_problem(getattr(check, side), scope)
-                        if problem:
-                            path = (*here, "checks", check_index, side)
-                            problems.append(Problem(path=path, message=problem))
-        if isinstance(step, ExtractStep):
-            for field_index, extract in enumerate(step.fields):
-                if extract.name in scope.outputs:
-                    path = (*here, "fields", field_index, "name")
-                    problems.append(
-                        Problem(path=path, message=f"output '{extract.name}' is extracted twice")
-                    )
-                scope.outputs.add(extract.name)
-        if isinstance(step, ScreenshotStep | DownloadStep):
-            if step.name in scope.outputs:
-                problems.append(
-                    Problem(path=(*here, "name"), message=f"name '{step.name}' is already used")
-                )
-            scope.outputs.add(step.name)
-        if isinstance(step, AskStep):
-            problems += _ask_problems(step, here, scope)
+        )
+    kind = (scope.credential_kinds or {}).get(step.credential)
+    if kind is not None and kind != "username_password":
+        problems.append(
+            Problem(
+                path=(*here, "credential"),
+                message=f"credential '{step.credential}' is a {kind}, "
+                "login needs a username and password",
+            )
+        )
+    return problems
+
+
+def _assert_problems(step: AssertStep, here: tuple[str | int, ...], scope: _Scope) -> list[Problem]:
+    problems = []
+    for check_index, check in enumerate(step.checks):
+        if isinstance(check, CompareCheck):
+            for side in ("left", "right"):
+                problem = _operand_problem(getattr(check, side), scope)
+                if problem:
+                    path = (*here, "checks", check_index, side)
+                    problems.append(Problem(path=path, message=problem))
+    return problems
+
+
+def _extract_problems(
+    step: ExtractStep, here: tuple[str | int, ...], scope: _Scope
+) -> list[Problem]:
+    problems = []
+    for field_index, extract in enumerate(step.fields):
+        if extract.name in scope.outputs:
+            path = (*here, "fields", field_index, "name")
+            problems.append(
+                Problem(path=path, message=f"output '{extract.name}' is extracted twice")
+            )
+        scope.outputs.add(extract.name)
+    return problems
+
+
+def _named_file_problems(
+    step: ScreenshotStep | DownloadStep, here: tuple[str | int, ...], scope: _Scope
+) -> list[Problem]:
+    problems = []
+    if step.name in scope.outputs:
+        problems.append(
+            Problem(path=(*here, "name"), message=f"name '{step.name}' is already used")
+        )
+    scope.outputs.add(step.name)
     return problems
 
 
@@ -1066,6 +1125,20 @@ def _ask_problems(step: AskStep, here: tuple[str | int, ...], scope: _Scope) -> 
             )
         )
     return problems
+
+
+# The problems only one step kind can have (every kind has the common ones).
+_KIND_PROBLEMS: dict[
+    type[StepBase], Callable[[Any, tuple[str | int, ...], _Scope], list[Problem]]
+] = {
+    GotoStep: _goto_problems,
+    LoginStep: _login_problems,
+    AssertStep: _assert_problems,
+    ExtractStep: _extract_problems,
+    ScreenshotStep: _named_file_problems,
+    DownloadStep: _named_file_problems,
+    AskStep: _ask_problems,
+}
 
 
 def _reference_problem(

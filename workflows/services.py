@@ -31,9 +31,11 @@ from workflows.hosts import HostPatternError, parse_host_pattern
 from workflows.models import Credential, Workflow, WorkflowVersion
 from workflows.schema import (
     APPROVAL_REACH_OPTIONS,
+    CHECK_KINDS,
     RECORDING_OPTIONS,
     SESSION_STEP_TYPES,
     STEP_ADAPTER,
+    STEP_TYPES,
     TEMPLATE,
     Parameter,
     Problem,
@@ -752,22 +754,8 @@ def draft_review(workflow: Workflow, draft: WorkflowVersion) -> DraftReview:
     )
 
 
-_TAGS = {
-    "goto",
-    "click",
-    "fill",
-    "select",
-    "check",
-    "uncheck",
-    "press",
-    "wait_for",
-    "wait",
-    "extract",
-    "assert",
-    "screenshot",
-    "download",
-    "login",
-}
+# The discriminator values pydantic puts in an error's location (not a key of the document).
+_TAGS = frozenset((*STEP_TYPES, *CHECK_KINDS))
 
 
 @transaction.atomic

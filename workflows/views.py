@@ -29,25 +29,9 @@ from workflows.forms import (
     lines,
 )
 from workflows.models import Credential, Workflow
-from workflows.schema import SESSION_STEP_TYPES, STEP_TYPES, Parameter, Target
+from workflows.schema import SESSION_STEP_TYPES, STEP_LABELS, STEP_TYPES, Parameter, Target
 
-STEP_PALETTE = [
-    ("goto", "Go to a page"),
-    ("login", "Log in"),
-    ("click", "Click"),
-    ("fill", "Fill a field"),
-    ("select", "Choose an option"),
-    ("check", "Tick"),
-    ("uncheck", "Untick"),
-    ("press", "Press a key"),
-    ("wait_for", "Wait for"),
-    ("wait", "Pause"),
-    ("extract", "Extract values"),
-    ("assert", "Check the outcome"),
-    ("screenshot", "Screenshot"),
-    ("download", "Download a file"),
-    ("ask", "Ask a person"),
-]
+STEP_PALETTE = list(STEP_LABELS.items())
 
 
 # What a session template may do: get to a logged-in page.
