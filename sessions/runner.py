@@ -1151,102 +1151,122 @@ class Runner:
     # Actions -------------------------------------------------------------------------------
 
     def _act(self, step: StepBase, record: StepRecord, timeout: float) -> None:
-        page = self.page
-        if isinstance(step, GotoStep):
-            url = self._text(step.url)
-            try:
-                response = page.goto(url, wait_until="load", timeout=timeout)
-            except PlaywrightError as exc:
-                if any(code in str(exc) for code in _CONNECTION_CUT):
-                    # The egress proxy cuts refused connections like a network failure, so the
-                    # page cannot tell; the run's refusals list says which host and why.
-                    raise StepFailed(
-                        f"{url} could not be reached: the connection was cut (a host outside the "
-                        "workflow's allowed hosts is refused; the run page lists each refusal)"
-                    ) from None
-                raise
-            if response is not None and proxy_answer(response):
-                words = answer_words(response)
-                raise StepFailed(
-                    f"{url} could not be reached: the egress proxy answered HTTP "
-                    f"{response.status}" + (f": {words}" if words else "")
-                )
-            if response is not None and response.status >= 400:
-                raise StepFailed(f"{page.url} answered HTTP {response.status}")
-        elif isinstance(step, ClickStep):
-            self._locate(page, step.target).click(timeout=timeout)
-            self._settle(page)
-        elif isinstance(step, FillStep):
-            value = self._text(step.value, secrets=True)
-            self._locate(page, step.target).fill(value, timeout=timeout)
-            secret = any(
-                (ns == "secrets" and sub not in PUBLIC_CREDENTIAL_FIELDS)
-                or (ns == "outputs" and name in self._code_names)
-                for ns, name, sub in references(step.value)
-            )
-            self._filled.append(
-                {
-                    "step_id": step.id,
-                    "field": self._words(step.target.describe()),
-                    "target": step.target.model_dump(exclude_defaults=True),
-                    "url": page.url,
-                    "value": MASK if secret else value,
-                    "secret": secret,
-                }
-            )
-        elif isinstance(step, SelectStep):
-            self._select(page, step, timeout)
-        elif isinstance(step, CheckStep):
-            self._locate(page, step.target).check(timeout=timeout)
-        elif isinstance(step, UncheckStep):
-            self._locate(page, step.target).uncheck(timeout=timeout)
-        elif isinstance(step, PressStep):
-            if step.target is not None:
-                self._locate(page, step.target).press(step.key, timeout=timeout)
-            else:
-                page.keyboard.press(step.key)
-            self._settle(page)
-        elif isinstance(step, WaitForStep):
-            self._wait(page, step, timeout)
-        elif isinstance(step, WaitStep):
-            # Real seconds, not scaled: the pause is for the portal, whose clock is not emulated.
-            # Never past the run's time limit; the loop then reports the expiry.
-            remaining_ms = (self.plan.deadline - time.time()) * 1000
-            page.wait_for_timeout(max(0.0, min(step.seconds * 1000, remaining_ms)))
-        elif isinstance(step, ExtractStep):
-            for extract in step.fields:
-                value = self._extract(page, extract, timeout)
-                self.outputs[extract.name] = value
-                record.outputs[extract.name] = value
-        elif isinstance(step, AssertStep):
-            failures = [f for f in (self._check(page, c) for c in step.checks) if f]
-            if failures:
-                raise StepFailed("; ".join(failures))
-        elif isinstance(step, ScreenshotStep):
-            png = page.screenshot(
-                type="png",
-                full_page=step.full_page,
-                mask=self._masks(page) or None,
-                timeout=timeout,
-            )
-            record.artifacts.append(self._save(step.name, f"{step.name}.png", png))
-            self.outputs[step.name] = f"{step.name}.png"
-        elif isinstance(step, DownloadStep):
-            with page.expect_download(timeout=timeout) as download_info:
-                self._locate(page, step.target).click(timeout=timeout)
-            artifact = self._save_download(step.name, download_info.value)
-            record.artifacts.append(artifact)
-            self.outputs[step.name] = artifact.filename
-        elif isinstance(step, LoginStep):
-            fields = self.plan.secrets.get(step.credential)
-            if not fields or "username" not in fields or "password" not in fields:
-                raise StepFailed(f"credential '{step.credential}' is not available to this run")
-            self._locate(page, step.username).fill(fields["username"], timeout=timeout)
-            self._locate(page, step.password).fill(fields["password"], timeout=timeout)
-            self._locate(page, step.submit).click(timeout=timeout)
-            self._settle(page)
-        else:  # pragma: no cover - the schema has no other step types
+        act = _ACTIONS.get(type(step))
+        if act is None:  # pragma: no cover - the schema has no other step types
             raise StepFailed(f"unknown step type {type(step).__name__}")
+        act(self, step, record, timeout)
+
+    def _act_goto(self, step: GotoStep, record: StepRecord, timeout: float) -> None:
+        page = self.page
+        url = self._text(step.url)
+        try:
+            response = page.goto(url, wait_until="load", timeout=timeout)
+        except PlaywrightError as exc:
+            if any(code in str(exc) for code in _CONNECTION_CUT):
+                # The egress proxy cuts refused connections like a network failure, so the
+                # page cannot tell; the run's refusals list says which host and why.
+                raise StepFailed(
+                    f"{url} could not be reached: the connection was cut (a host outside the "
+                    "workflow's allowed hosts is refused; the run page lists each refusal)"
+                ) from None
+            raise
+        if response is not None and proxy_answer(response):
+            words = answer_words(response)
+            raise StepFailed(
+                f"{url} could not be reached: the egress proxy answered HTTP "
+                f"{response.status}" + (f": {words}" if words else "")
+            )
+        if response is not None and response.status >= 400:
+            raise StepFailed(f"{page.url} answered HTTP {response.status}")
+
+    def _act_click(self, step: ClickStep, record: StepRecord, timeout: float) -> None:
+        self._locate(self.page, step.target).click(timeout=timeout)
+        self._settle(self.page)
+
+    def _act_fill(self, step: FillStep, record: StepRecord, timeout: float) -> None:
+        page = self.page
+        value = self._text(step.value, secrets=True)
+        self._locate(page, step.target).fill(value, timeout=timeout)
+        secret = any(
+            (ns == "secrets" and sub not in PUBLIC_CREDENTIAL_FIELDS)
+            or (ns == "outputs" and name in self._code_names)
+            for ns, name, sub in references(step.value)
+        )
+        self._filled.append(
+            {
+                "step_id": step.id,
+                "field": self._words(step.target.describe()),
+                "target": step.target.model_dump(exclude_defaults=True),
+                "url": page.url,
+                "value": MASK if secret else value,
+                "secret": secret,
+            }
+        )
+
+    def _act_select(self, step: SelectStep, record: StepRecord, timeout: float) -> None:
+        self._select(self.page, step, timeout)
+
+    def _act_check(self, step: CheckStep, record: StepRecord, timeout: float) -> None:
+        self._locate(self.page, step.target).check(timeout=timeout)
+
+    def _act_uncheck(self, step: UncheckStep, record: StepRecord, timeout: float) -> None:
+        self._locate(self.page, step.target).uncheck(timeout=timeout)
+
+    def _act_press(self, step: PressStep, record: StepRecord, timeout: float) -> None:
+        if step.target is not None:
+            self._locate(self.page, step.target).press(step.key, timeout=timeout)
+        else:
+            self.page.keyboard.press(step.key)
+        self._settle(self.page)
+
+    def _act_wait_for(self, step: WaitForStep, record: StepRecord, timeout: float) -> None:
+        self._wait(self.page, step, timeout)
+
+    def _act_wait(self, step: WaitStep, record: StepRecord, timeout: float) -> None:
+        # Real seconds, not scaled: the pause is for the portal, whose clock is not emulated.
+        # Never past the run's time limit; the loop then reports the expiry.
+        remaining_ms = (self.plan.deadline - time.time()) * 1000
+        self.page.wait_for_timeout(max(0.0, min(step.seconds * 1000, remaining_ms)))
+
+    def _act_extract(self, step: ExtractStep, record: StepRecord, timeout: float) -> None:
+        for extract in step.fields:
+            value = self._extract(self.page, extract, timeout)
+            self.outputs[extract.name] = value
+            record.outputs[extract.name] = value
+
+    def _act_assert(self, step: AssertStep, record: StepRecord, timeout: float) -> None:
+        failures = [f for f in (self._check(self.page, c) for c in step.checks) if f]
+        if failures:
+            raise StepFailed("; ".join(failures))
+
+    def _act_screenshot(self, step: ScreenshotStep, record: StepRecord, timeout: float) -> None:
+        page = self.page
+        png = page.screenshot(
+            type="png",
+            full_page=step.full_page,
+            mask=self._masks(page) or None,
+            timeout=timeout,
+        )
+        record.artifacts.append(self._save(step.name, f"{step.name}.png", png))
+        self.outputs[step.name] = f"{step.name}.png"
+
+    def _act_download(self, step: DownloadStep, record: StepRecord, timeout: float) -> None:
+        page = self.page
+        with page.expect_download(timeout=timeout) as download_info:
+            self._locate(page, step.target).click(timeout=timeout)
+        artifact = self._save_download(step.name, download_info.value)
+        record.artifacts.append(artifact)
+        self.outputs[step.name] = artifact.filename
+
+    def _act_login(self, step: LoginStep, record: StepRecord, timeout: float) -> None:
+        page = self.page
+        fields = self.plan.secrets.get(step.credential)
+        if not fields or "username" not in fields or "password" not in fields:
+            raise StepFailed(f"credential '{step.credential}' is not available to this run")
+        self._locate(page, step.username).fill(fields["username"], timeout=timeout)
+        self._locate(page, step.password).fill(fields["password"], timeout=timeout)
+        self._locate(page, step.submit).click(timeout=timeout)
+        self._settle(page)
 
     def _settle(self, page: Page) -> None:
         # A click may navigate or open a tab; let the new document load before observing it.
@@ -1541,6 +1561,25 @@ class Runner:
             sha256=digest.hexdigest(),
             size=path.stat().st_size,
         )
+
+
+# What each step kind does on the page (the schema's step classes, one handler each).
+_ACTIONS: dict[type[StepBase], Callable[[Runner, Any, StepRecord, float], None]] = {
+    GotoStep: Runner._act_goto,
+    ClickStep: Runner._act_click,
+    FillStep: Runner._act_fill,
+    SelectStep: Runner._act_select,
+    CheckStep: Runner._act_check,
+    UncheckStep: Runner._act_uncheck,
+    PressStep: Runner._act_press,
+    WaitForStep: Runner._act_wait_for,
+    WaitStep: Runner._act_wait,
+    ExtractStep: Runner._act_extract,
+    AssertStep: Runner._act_assert,
+    ScreenshotStep: Runner._act_screenshot,
+    DownloadStep: Runner._act_download,
+    LoginStep: Runner._act_login,
+}
 
 
 def _load_storage_state(context: BrowserContext, state: dict[str, Any]) -> None:

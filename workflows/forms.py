@@ -134,6 +134,16 @@ class WorkflowSettingsForm(forms.Form):
     )
 
 
+# The editor's target fields and the step's key each fills.
+_TARGET_KEYS = {
+    "target": "target",
+    "target_optional": "target",
+    "username_target": "username",
+    "password_target": "password",
+    "submit_target": "submit",
+}
+
+
 class StepForm(forms.Form):
     """The fields of one step type; ``to_data`` gives the step as the file format has it."""
 
@@ -394,57 +404,53 @@ class StepForm(forms.Form):
         if expect is not None:
             data["expect"] = expect
         for field in self.FIELDS[self.step_type]:
-            value = cleaned.get(field)
-            if field in (
-                "target",
-                "target_optional",
-                "username_target",
-                "password_target",
-                "submit_target",
-            ):
-                if value:
-                    key = {
-                        "target_optional": "target",
-                        "username_target": "username",
-                        "password_target": "password",
-                        "submit_target": "submit",
-                    }.get(field, field)
-                    try:
-                        data[key] = Target.from_compact(value).model_dump(exclude_defaults=True)
-                    except ValueError as exc:
-                        self.add_error(field, _plain(exc))
-                elif field != "target_optional":
-                    data[field.removesuffix("_target")] = None
-            elif field == "fields_text":
-                data["fields"] = self._lines(field, value or "", parse_extract_field)
-            elif field == "checks_text":
-                data["checks"] = self._lines(field, value or "", parse_check)
-            elif field == "condition":
-                condition = value or "visible"
-                if condition in ("visible", "hidden"):
-                    data["state"] = condition
-                elif condition == "network_idle":
-                    data["network_idle"] = True
-            elif field == "credential":
-                data["credential"] = value.name if value else None
-            elif field in ("url", "text") and self.step_type == "wait_for":
-                if cleaned.get("condition") == field:
-                    data[field] = value or None
-            elif field in ("seconds", "timeout_minutes"):
-                if value is not None:
-                    data[field] = value
-            elif field == "options_text":
-                options = [line.strip() for line in (value or "").splitlines() if line.strip()]
-                if options:
-                    data["options"] = options
-            elif field in ("full_page", "dialog", "prompt_text"):
-                if value:
-                    data[field] = True if field == "full_page" else value
+            if field in _TARGET_KEYS:
+                self._put_target(data, field, cleaned.get(field))
             else:
-                data[field] = value
+                self._put_field(data, field, cleaned.get(field))
         if self.step_type == "wait_for" and cleaned.get("condition") not in ("visible", "hidden"):
             data.pop("target", None)
         return None if self.errors else data
+
+    def _put_target(self, data: dict[str, Any], field: str, value: Any) -> None:
+        if value:
+            try:
+                data[_TARGET_KEYS[field]] = Target.from_compact(value).model_dump(
+                    exclude_defaults=True
+                )
+            except ValueError as exc:
+                self.add_error(field, _plain(exc))
+        elif field != "target_optional":
+            data[field.removesuffix("_target")] = None
+
+    def _put_field(self, data: dict[str, Any], field: str, value: Any) -> None:
+        if field == "fields_text":
+            data["fields"] = self._lines(field, value or "", parse_extract_field)
+        elif field == "checks_text":
+            data["checks"] = self._lines(field, value or "", parse_check)
+        elif field == "condition":
+            condition = value or "visible"
+            if condition in ("visible", "hidden"):
+                data["state"] = condition
+            elif condition == "network_idle":
+                data["network_idle"] = True
+        elif field == "credential":
+            data["credential"] = value.name if value else None
+        elif field in ("url", "text") and self.step_type == "wait_for":
+            if self.cleaned_data.get("condition") == field:
+                data[field] = value or None
+        elif field in ("seconds", "timeout_minutes"):
+            if value is not None:
+                data[field] = value
+        elif field == "options_text":
+            options = [line.strip() for line in (value or "").splitlines() if line.strip()]
+            if options:
+                data["options"] = options
+        elif field in ("full_page", "dialog", "prompt_text"):
+            if value:
+                data[field] = True if field == "full_page" else value
+        else:
+            data[field] = value
 
     def _expect(self, kind: str, value: str) -> dict[str, Any] | None:
         value = value.strip()

@@ -390,6 +390,36 @@ def _error(message: str) -> types.CallToolResult:
     )
 
 
+async def _count_call(token: TokenContext) -> None:
+    """Count a call against the token's rate limit; refuse it past the limit."""
+    verdict = await database_sync_to_async(ratelimit.check)(
+        ratelimit.default_counter(),
+        f"token:{token.token_id}",
+        limit=settings.API_RATE_LIMIT_PER_MINUTE,
+    )
+    if not verdict.allowed:
+        raise MCPError(
+            -32002,
+            f"this token may make {verdict.limit} requests a minute; "
+            f"try again in {verdict.retry_after} s",
+        )
+
+
+async def _run_tool(
+    caller: Caller, name: str, arguments: dict[str, Any], request_id: Any
+) -> types.CallToolResult:
+    """``run_status`` or ``run_cancel``: the run's state in words."""
+    if not caller.token.allows(Scope.TOOLS_CALL):
+        raise ToolRefused(f"Unknown tool {name!r}.")
+    if name == CANCEL_TOOL:
+        run = await database_sync_to_async(cancel_for)(caller, arguments.get("run_id"), request_id)
+    else:
+        run = await database_sync_to_async(_own_run)(caller.token, arguments.get("run_id"))
+    answer, _ = await database_sync_to_async(describe)(run, caller.base_url)
+    # The question was answered, even when the run failed: no tool error.
+    return _text_result(answer, False)
+
+
 def build_server(
     raw_token_of: Callable[[ServerRequestContext[Any, Any]], str | None],
     *,
@@ -412,17 +442,7 @@ def build_server(
         if token is None:
             raise MCPError(-32001, "The token is unknown, revoked or expired.")
         if count:
-            verdict = await database_sync_to_async(ratelimit.check)(
-                ratelimit.default_counter(),
-                f"token:{token.token_id}",
-                limit=settings.API_RATE_LIMIT_PER_MINUTE,
-            )
-            if not verdict.allowed:
-                raise MCPError(
-                    -32002,
-                    f"this token may make {verdict.limit} requests a minute; "
-                    f"try again in {verdict.retry_after} s",
-                )
+            await _count_call(token)
         params = ctx.session.client_params
         client = params.client_info.name if params is not None else "unknown"
         remote = ""
@@ -476,19 +496,7 @@ def build_server(
             if fields := nul_fields(arguments):
                 raise ToolRefused(f"{NUL_MESSAGE} Found in: {', '.join(fields)}.")
             if params.name in (STATUS_TOOL, CANCEL_TOOL):
-                if not caller.token.allows(Scope.TOOLS_CALL):
-                    raise ToolRefused(f"Unknown tool {params.name!r}.")
-                if params.name == CANCEL_TOOL:
-                    run = await database_sync_to_async(cancel_for)(
-                        caller, arguments.get("run_id"), ctx.request_id
-                    )
-                else:
-                    run = await database_sync_to_async(_own_run)(
-                        caller.token, arguments.get("run_id")
-                    )
-                answer, _ = await database_sync_to_async(describe)(run, caller.base_url)
-                # The question was answered, even when the run failed: no tool error.
-                return _text_result(answer, False)
+                return await _run_tool(caller, params.name, arguments, ctx.request_id)
             run_id, total = await database_sync_to_async(launch_for)(
                 caller, params.name, arguments, ctx.request_id
             )
