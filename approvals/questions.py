@@ -199,7 +199,8 @@ def question_answer(*, question_id: int, user: User, answer: str) -> Question:
     sandbox's host. One transaction with the run and the question locked; not idempotent:
     a second answer, a late one or one from someone not allowed raises QuestionRefused.
     """
-    from sessions.services.runstate import lock_run, transition
+    from sessions.services.records import lock_run
+    from sessions.services.runstate import transition
 
     with transaction.atomic():
         run_id = Question.objects.values_list("run_id", flat=True).get(pk=question_id)
@@ -312,7 +313,7 @@ def question_remind_due() -> list[int]:
     of the first message, at ``question_reminder_at``. Idempotent: a question is reminded at
     most once, whatever passes run at once; a conditional update on ``reminded_at`` claims it
     under the run's lock (the order every question change takes)."""
-    from sessions.services.runstate import lock_run
+    from sessions.services.records import lock_run
 
     now = timezone.now()
     due = Question.objects.filter(
@@ -347,7 +348,8 @@ def question_remind_due() -> list[int]:
 def question_expire_due() -> list[int]:
     """Fail the runs whose question nobody answered in time, and destroy their browsers.
     Idempotent: a question is expired once, re-checked under the locks."""
-    from sessions.services.runstate import destroy_sandbox, lock_run, transition
+    from sessions.services.records import lock_run
+    from sessions.services.runstate import destroy_sandbox, transition
 
     expired = []
     due = Question.objects.filter(status=Q.PENDING, expires_at__lte=timezone.now())

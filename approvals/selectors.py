@@ -15,6 +15,7 @@ from approvals.models import (
     Question,
     ReviewerAbsence,
 )
+from approvals.policy import approval_refusal
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
@@ -252,7 +253,7 @@ def approval_values(approval: ApprovalRequest) -> EvidenceValues:
 
 def approval_decidable_by(user: Any) -> QuerySet[ApprovalRequest]:
     """Pending requests ``user`` may decide, oldest first: the same rules as
-    ``approvals.services.approval_refusal`` (reviewer group or admin, not the launcher, not the
+    ``approvals.policy.approval_refusal`` (reviewer group or admin, not the launcher, not the
     version's author unless the workflow lets authors approve), as one query."""
     from django.db.models import Q
 
@@ -315,8 +316,6 @@ def approval_handover_choices(approval: ApprovalRequest) -> tuple[list[Any], lis
     """People who may decide this request and groups that decide approvals: whom it can be
     handed to (the service checks again)."""
     from django.contrib.auth.models import Group, User
-
-    from approvals.services import approval_refusal
 
     candidates = (
         User.objects.filter(

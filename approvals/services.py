@@ -20,9 +20,10 @@ from django.utils import timezone
 
 from approvals.events import publish_pending_changed
 from approvals.models import ApprovalComment, ApprovalDecision, ApprovalRequest, ReviewerAbsence
+from approvals.policy import approval_refusal
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
-from pandaweb.core.permissions import user_can
+from pandaweb.core.dispatch import dispatch, task_named
 from pandaweb.core.roles import Capability, Role
 from pandaweb.webhooks.services import outbox_record_approval
 from sessions.models import Run
@@ -115,10 +116,11 @@ def approval_open(*, run: Run, gate: Any, previous: ApprovalRequest | None) -> A
     publish_pending_changed()
     _notify_reviewers(approval)
     if settings.SLACK_BOT_TOKEN and policy.slack_channel:
-        from approvals.tasks import slack_card_post_task
-        from pandaweb.core.dispatch import dispatch
-
-        dispatch(slack_card_post_task, approval_id=approval.pk, channel=policy.slack_channel)
+        dispatch(
+            task_named("approvals.slack_card_post"),
+            approval_id=approval.pk,
+            channel=policy.slack_channel,
+        )
     return approval
 
 
@@ -192,26 +194,6 @@ def approval_notify(
 # Deciding ----------------------------------------------------------------------------------------
 
 
-def approval_refusal(user: User, approval: ApprovalRequest) -> str | None:
-    """Why ``user`` may not decide ``approval`` (None when they may)."""
-    run = approval.run
-    # First: it is the most useful answer for a launcher watching their own run's request.
-    if run.launched_by_id == user.pk:
-        return "you launched this run: someone else has to approve it"
-    if not user_can(user, Capability.DECIDE_APPROVALS):
-        return "you are not allowed to decide approvals"
-    admin = user.is_superuser or user.groups.filter(name=Role.ADMINS.value).exists()
-    # An escalated request may also be decided by the group it was escalated to.
-    deciders = [approval.reviewer_group]
-    if approval.escalated_at and approval.escalation_group:
-        deciders.append(approval.escalation_group)
-    if not admin and not user.groups.filter(name__in=deciders).exists():
-        return f"only members of {' or '.join(deciders)} decide this workflow's approvals"
-    if run.version.author_id == user.pk and not approval.author_may_approve:
-        return "you wrote this version of the workflow, which does not let its author approve"
-    return None
-
-
 def approval_decide(
     *,
     approval_id: int,
@@ -237,7 +219,7 @@ def approval_decide(
     approved = False
     destroy: dict[str, Any] | None = None
     with transaction.atomic():
-        from sessions.services.runstate import lock_run
+        from sessions.services.records import lock_run
 
         run = lock_run(run_id)
         approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
@@ -319,10 +301,7 @@ def _cards_changed(approval: ApprovalRequest) -> None:
     """Bring the request's chat cards up to date once this transaction commits."""
     if not settings.SLACK_BOT_TOKEN:
         return
-    from approvals.tasks import slack_cards_update_task
-    from pandaweb.core.dispatch import dispatch
-
-    dispatch(slack_cards_update_task, approval_id=approval.pk)
+    dispatch(task_named("approvals.slack_cards_update"), approval_id=approval.pk)
 
 
 def _approve(run: Run, approval: ApprovalRequest) -> None:
@@ -352,7 +331,6 @@ def dispatch_continuation(run_id: int, approval_id: int, *, host: str | None = N
     """Queue the continuation of an approved run for any worker of its sandbox's host (the
     browser and its egress supervisor are processes there; in the embedded default, this
     process's pool). Sending it twice is harmless: it runs once per approval."""
-    from pandaweb.core.dispatch import dispatch, task_named
     from sessions.services.runstate import host_queue
 
     if host is None:
@@ -396,7 +374,8 @@ def _expire(run: Run, approval: ApprovalRequest) -> dict[str, Any] | None:
 def approval_expire_due() -> list[int]:
     """Expire every pending request past its deadline: the run is cancelled, its browser
     destroyed. Fails closed: nothing ever continues on its own."""
-    from sessions.services.runstate import destroy_sandbox, lock_run
+    from sessions.services.records import lock_run
+    from sessions.services.runstate import destroy_sandbox
 
     expired = []
     due = ApprovalRequest.objects.filter(status=A.PENDING, expires_at__lte=timezone.now())
@@ -441,7 +420,7 @@ def approval_void_pending(*, run: Run, reason: str) -> None:
 
 def _lock(approval_id: int) -> tuple[Run, ApprovalRequest]:
     """The run, then the request, locked in the order every approval write uses."""
-    from sessions.services.runstate import lock_run
+    from sessions.services.records import lock_run
 
     run_id = ApprovalRequest.objects.values_list("run_id", flat=True).get(pk=approval_id)
     run = lock_run(run_id)

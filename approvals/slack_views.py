@@ -11,7 +11,7 @@ from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals import selectors, slack
+from approvals import selectors, slack, slack_callbacks
 from approvals.models import ApprovalRequest
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required
@@ -21,8 +21,8 @@ from pandaweb.reviewers import services as reviewers
 
 def _verified(request: HttpRequest) -> HttpResponse | None:
     try:
-        slack.verify_callback(body=request.body, headers=dict(request.headers))
-    except slack.CallbackRefused as refused:
+        slack_callbacks.verify_callback(body=request.body, headers=dict(request.headers))
+    except slack_callbacks.CallbackRefused as refused:
         # Nobody trustworthy to answer in Slack: the sender is not (or no longer) Slack.
         return HttpResponse(f"Refused: {refused}.", status=401, content_type="text/plain")
     return None
@@ -40,9 +40,9 @@ def slack_interactions(request: HttpRequest) -> HttpResponse:
     except ValueError:
         return HttpResponse("Malformed payload.", status=400, content_type="text/plain")
     if payload.get("type") == "block_actions":
-        slack.handle_block_action(payload)
+        slack_callbacks.handle_block_action(payload)
     elif payload.get("type") == "view_submission":
-        answer = slack.handle_view_submission(payload)
+        answer = slack_callbacks.handle_view_submission(payload)
         if answer:
             return JsonResponse(answer)
     return HttpResponse(status=200)

@@ -18,6 +18,7 @@ from approvals import selectors, services
 from approvals.forms import AwayForm
 from approvals.models import ApprovalDecision, ApprovalRequest, ReviewerAbsence
 from approvals.passkeys import passkey_required
+from approvals.policy import approval_refusal
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
@@ -168,7 +169,7 @@ def _panel_context(
         "my_decision": next((d for d in decisions if d.reviewer_id == request.user.pk), None),
         "overdue": pending and approval.expires_at <= timezone.now(),
         "refusal": _sentence(refusal)
-        if pending and (refusal := services.approval_refusal(request.user, approval))
+        if pending and (refusal := approval_refusal(request.user, approval))
         else "",
         "successor": selectors.approval_successor(approval),
         "notice": notice,
@@ -185,7 +186,7 @@ def _detail_context(
     evidence = approval.evidence or {}
     people, groups = (
         selectors.approval_handover_choices(approval)
-        if (approval.status == A.PENDING and not services.approval_refusal(request.user, approval))
+        if (approval.status == A.PENDING and not approval_refusal(request.user, approval))
         else ([], [])
     )
     return {

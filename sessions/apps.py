@@ -13,3 +13,7 @@ class RunSessionsConfig(AppConfig):
     name = "sessions"
     label = "runs"
     verbose_name = "Runs"
+
+    def ready(self) -> None:
+        # Registers the app's tasks, which services below them queue by name (task_named).
+        from sessions import tasks  # noqa: F401

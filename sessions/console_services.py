@@ -13,7 +13,8 @@ from django.db import IntegrityError, transaction
 
 from pandaweb.audit.services import audit_record
 from sessions.models import Run, RunEvent, SavedRunView
-from sessions.services import RunError, _event, coerce_inputs, run_enqueue
+from sessions.services import RunError, coerce_inputs, run_enqueue
+from sessions.services.records import event_append
 from workflows.models import Workflow, WorkflowVersion
 
 S = Run.Status
@@ -144,7 +145,7 @@ def _rerun(
         start_index=start_index,
         priority=original.priority if priority is None else priority,
     )
-    _event(run, "status", {"from": "", "to": S.QUEUED, "reason": ""})
+    event_append(run, "status", {"from": "", "to": S.QUEUED, "reason": ""})
     run.save(update_fields=["last_event_seq"])
     queued = run_enqueue(run)
     audit_record(

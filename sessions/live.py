@@ -42,6 +42,8 @@ from sessions.events import (
 from sessions.filmstrip import filmstrip_append
 from sessions.runner import MASK, HandBack
 from sessions.screencast import UNREADABLE_DIALOG, BrowserTap, CdpError, Dialog, Frame
+from sessions.services.control import control_close, control_open
+from sessions.services.runstate import RunError, run_files_dir
 
 logger = logging.getLogger(__name__)
 
@@ -467,8 +469,6 @@ class LiveFeed:
                 self._loop.create_task(self._input_in_order(control, data))
 
     async def _open_control(self, index: int) -> _Control | None:
-        from sessions.services import RunError, control_open, run_files_dir
-
         control = self._control
         if control is None:
             self._requested.clear()
@@ -492,8 +492,6 @@ class LiveFeed:
         return control
 
     async def _close_control(self, reason: str) -> None:
-        from sessions.services import control_close
-
         control = self._control
         if control is None:
             return

@@ -28,8 +28,9 @@ from ninja.security import HttpBearer
 
 from approvals import selectors as approval_selectors
 from approvals.models import ApprovalDecision, ApprovalRequest, Question
+from approvals.policy import approval_refusal
 from approvals.questions import MASK, QuestionRefused, question_answer
-from approvals.services import ApprovalRefused, approval_decide, approval_refusal
+from approvals.services import ApprovalRefused, approval_decide
 from pandaweb.api import problems, ratelimit
 from pandaweb.api.jsonschema import parameters_schema
 from pandaweb.api.parsing import refuse_nul_characters

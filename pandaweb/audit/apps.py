@@ -9,4 +9,7 @@ class AuditConfig(AppConfig):
     verbose_name = "Audit trail"
 
     def ready(self) -> None:
-        from pandaweb.audit import signals  # noqa: F401  (connects the receivers)
+        from pandaweb.audit import (
+            signals,  # noqa: F401  (connects the receivers)
+            tasks,  # noqa: F401  (registers the tasks, queued by name)
+        )

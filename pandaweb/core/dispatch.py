@@ -6,15 +6,13 @@ the embedded default and the scale-out deployment run the same task code.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from celery import Task
+from celery import Task, current_app
 from django.conf import settings
 from django.db import connections, transaction
 
@@ -36,16 +34,15 @@ def dispatch(task: Task, *, queue: str | None = None, **kwargs: Any) -> None:
 
 
 def task_named(name: str) -> Task:
-    """The task registered under ``name``, importing the apps' ``tasks`` modules if needed."""
-    from celery import current_app
-    from django.apps import apps
+    """The task registered under ``name``.
 
-    if name not in current_app.tasks:
-        for config in apps.get_app_configs():
-            module = f"{config.name}.tasks"
-            if importlib.util.find_spec(module) is not None:
-                importlib.import_module(module)
-    return current_app.tasks[name]
+    Every app that has tasks imports its ``tasks`` module when Django starts (its
+    ``AppConfig.ready``), so services queue work by name without importing the layer above them.
+    """
+    try:
+        return current_app.tasks[name]
+    except KeyError:
+        raise LookupError(f"no task is registered as {name!r}") from None
 
 
 def _send(task: Task, kwargs: dict[str, Any], queue: str | None) -> None:

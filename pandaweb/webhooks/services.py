@@ -28,7 +28,7 @@ from standardwebhooks import Webhook
 
 from approvals.models import ApprovalRequest
 from pandaweb.audit.services import audit_record
-from pandaweb.core.dispatch import dispatch
+from pandaweb.core.dispatch import dispatch, task_named
 from pandaweb.webhooks import payloads
 from pandaweb.webhooks.models import Attempt, Event, Message, Subscription
 from sessions.models import Run
@@ -258,10 +258,8 @@ def outbox_record(
         )
         for s in subscriptions
     )
-    from pandaweb.webhooks.tasks import webhook_deliver_task
-
     for message in Message.objects.filter(msg_id__in=[m.msg_id for m in messages]):
-        dispatch(webhook_deliver_task, message_id=message.pk)
+        dispatch(task_named("webhooks.deliver"), message_id=message.pk)
     return messages
 
 
@@ -443,9 +441,7 @@ def message_redeliver(*, message_id: int, user: User) -> Message:
                 "url": message.subscription.url,
             },
         )
-        from pandaweb.webhooks.tasks import webhook_deliver_task
-
-        dispatch(webhook_deliver_task, message_id=message.pk, manual=True)
+        dispatch(task_named("webhooks.deliver"), message_id=message.pk, manual=True)
     return message
 
 

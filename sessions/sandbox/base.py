@@ -11,7 +11,6 @@ import os
 import re
 import socket
 import tempfile
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -24,8 +23,6 @@ __all__ = [
     "SandboxError",
     "SandboxSpec",
     "default_root",
-    "get_backend",
-    "register_backend",
 ]
 
 # A run key becomes a directory name and appears in process command lines, so it is kept to a
@@ -170,47 +167,6 @@ class SandboxBackend(Protocol):
     def extend(self, sandbox: Sandbox, deadline: float) -> None:
         """Move the dead-man's deadline (epoch seconds); raise ``SandboxError`` if it is gone."""
         ...
-
-
-_FACTORIES: dict[str, Callable[[], SandboxBackend]] = {}
-
-
-def register_backend(name: str, factory: Callable[[], SandboxBackend]) -> None:
-    _FACTORIES[name] = factory
-
-
-def _local() -> SandboxBackend:
-    # Imported on demand: the local backend pulls in ``pandaweb.browser`` (and with it the
-    # project package), which the watchdog process has no use for.
-    from sessions.sandbox.local import LocalBackend
-
-    return LocalBackend()
-
-
-def _microvm() -> SandboxBackend:
-    from sessions.sandbox.microvm.backend import MicroVMBackend
-
-    return MicroVMBackend()
-
-
-def _pandastack() -> SandboxBackend:
-    from sessions.sandbox.pandastack import PandaStackBackend
-
-    return PandaStackBackend()
-
-
-register_backend("local", _local)
-register_backend("microvm", _microvm)
-register_backend("pandastack", _pandastack)
-
-
-def get_backend(name: str) -> SandboxBackend:
-    try:
-        factory = _FACTORIES[name]
-    except KeyError:
-        known = ", ".join(sorted(_FACTORIES))
-        raise SandboxError(f"unknown sandbox backend {name!r} (known: {known})") from None
-    return factory()
 
 
 def default_root() -> Path:

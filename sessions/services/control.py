@@ -18,7 +18,8 @@ from pandaweb.audit.services import audit_record
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
 from sessions.models import ControlSession
-from sessions.services.runstate import RunError, S, _event, lock_run
+from sessions.services.records import event_append, lock_run
+from sessions.services.runstate import RunError, S
 
 # The audit event keeps this many inputs in clear; the session row and its file keep them all.
 AUDITED_INPUTS = 500
@@ -47,7 +48,7 @@ def control_open(*, run_id: int, user_id: int, step_index: int) -> ControlSessio
             raise RunError("someone else took control of this run a moment ago") from None
         session.files_dir = f"control/{session.pk}"
         session.save(update_fields=["files_dir"])
-        _event(
+        event_append(
             run,
             "control_opened",
             {"session": session.pk, "by": user.get_username(), "before_step": step_index},
@@ -102,7 +103,7 @@ def control_close(
             "navigated": navigated,
             "typed": typed,
         }
-        _event(run, "control_closed", summary)
+        event_append(run, "control_closed", summary)
         run.save(update_fields=["last_event_seq"])
         audit_record(
             action="run.control_closed",

@@ -13,15 +13,16 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from sessions.models import Run
+from sessions.services.egress import egress_dir, egress_start
+from sessions.services.records import event_append, lock_run
 from sessions.services.runstate import (
     S,
-    _event,
     destroy_sandbox,
-    lock_run,
     run_files_dir,
     sandbox_run_key,
     transition,
 )
+from sessions.services.sandboxes import sandbox_alive
 from sessions.services.templates import _Fork, _fork_for, _open_credentials, template_mark_stale
 from sessions.services.writer import _Heartbeat, _Sink, _worker_name
 from workflows.schema import credentials_used
@@ -51,7 +52,6 @@ def run_execute(*, run_id: int) -> None:
             heartbeat_at=now, started_at=now, deadline_at=now + ttl,
         )  # fmt: skip
     # Imported here: the browser machinery is only needed where runs execute.
-    from sessions.durability import egress_dir, egress_start
     from sessions.sandbox import SandboxError, SandboxSpec, get_backend
     from sessions.sandbox.egress import EgressError
 
@@ -278,7 +278,6 @@ def _claim_sandbox(run: Run, *, not_done: str) -> str:
     """Under the run's lock: this worker takes the waiting run's sandbox (returns ""), or, where
     the browser or its only way out is gone, the run fails closed, ``not_done`` saying what was
     not performed (returns why)."""
-    from sessions.durability import sandbox_alive
 
     record = run.sandbox or {}
     why = sandbox_alive(record, quick=True) if record else "it was never recorded"
@@ -538,5 +537,5 @@ def _finish(run_id: int, status: str, reason: str, **fields: Any) -> None:
         if outputs is not None:
             run.outputs = outputs
         if quiet:
-            _event(run, "egress_quiet", {"count": quiet})
+            event_append(run, "egress_quiet", {"count": quiet})
         transition(run, status, reason=reason, sandbox=None, **fields)

@@ -21,16 +21,16 @@ from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
 from sessions.events import publish_queue_changed
 from sessions.models import Run, StepResult
+from sessions.services.egress import egress_dir, egress_root
+from sessions.services.records import event_append, lock_run
 from sessions.services.runstate import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
     IdempotencyKeyReused,
     RunError,
     S,
     TransitionRefused,
-    _event,
     destroy_sandbox,
     installation_tag,
-    lock_run,
     queue_position,
     queue_release,
     transition,
@@ -188,7 +188,7 @@ def _launch(
         sandbox_backend=settings.SANDBOX_BACKEND,
         priority=priority,
     )
-    _event(run, "status", {"from": "", "to": S.QUEUED, "reason": ""})
+    event_append(run, "status", {"from": "", "to": S.QUEUED, "reason": ""})
     run.save(update_fields=["last_event_seq"])
     audit_record(
         action="run.launched",
@@ -331,7 +331,6 @@ def sandbox_reap_orphans(*, grace: timedelta = timedelta(seconds=30)) -> list[st
 
 
 def _reap_unowned(grace: timedelta) -> list[str]:
-    from sessions.durability import egress_dir, egress_root
     from sessions.sandbox import default_root
 
     own_key = re.compile(rf"run-(\d+)-{installation_tag()}[0-9a-f]{{8}}")

@@ -23,8 +23,14 @@ from django.utils import timezone
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_chain_lock, audit_record
 from pandaweb.core.dispatch import dispatch, task_named
-from sessions.events import publish_queue_changed, publish_run_events
-from sessions.models import Run, RunEvent
+from sessions.events import publish_queue_changed
+from sessions.models import Run
+from sessions.services.egress import drain_locked, egress_finish
+from sessions.services.records import (
+    event_append,
+    recover_completed_actions_locked,
+)
+from sessions.signals import run_transitioned
 from workflows.models import Workflow, WorkflowVersion
 
 logger = logging.getLogger(__name__)
@@ -64,20 +70,6 @@ IDEMPOTENCY_KEY_MAX_LENGTH = 100
 # Locks, events, transitions -----------------------------------------------------------------
 
 
-def lock_run(run_id: int) -> Run:
-    return Run.objects.select_for_update().get(pk=run_id)
-
-
-def _event(run: Run, type: str, payload: Mapping[str, Any]) -> RunEvent:
-    """Append an event to a locked run (the caller saves ``run``)."""
-    run.last_event_seq += 1
-    event = RunEvent.objects.create(
-        run=run, seq=run.last_event_seq, type=type, payload=dict(payload)
-    )
-    publish_run_events(run.pk, event.seq)
-    return event
-
-
 def transition(
     run: Run,
     to: str,
@@ -95,13 +87,9 @@ def transition(
     left_queue = run.status == S.QUEUED
     if "sandbox" in fields and fields["sandbox"] is None:
         # The egress proxy's refusals so far belong before the run's last status in its timeline.
-        from sessions.durability import drain_locked
-
         drain_locked(run)
     if to in (S.INTERRUPTED, S.FAILED):
         # An approved action that completed shows as done even when its step's record was lost.
-        from sessions.durability import recover_completed_actions_locked
-
         recover_completed_actions_locked(run)
     run.status = to
     for name, value in fields.items():
@@ -111,7 +99,7 @@ def transition(
     settles = to in Run.FINAL or to == S.NEEDS_RECONCILIATION
     if settles and "failure_reason" not in fields and reason and not run.failure_reason:
         run.failure_reason = reason
-    _event(run, "status", {"from": before, "to": to, "reason": reason})
+    event_append(run, "status", {"from": before, "to": to, "reason": reason})
     run.save()
     audit_record(
         action=f"run.{to}",
@@ -124,10 +112,9 @@ def transition(
         run_id=run.pk,
         extra=audit_extra,
     )
-    if settles or to == S.AWAITING_APPROVAL:
-        from pandaweb.webhooks.services import outbox_record_run
-
-        outbox_record_run(run=run)
+    # Inside the transaction: what a subscriber records (a webhook message) commits or rolls
+    # back with the move itself.
+    run_transitioned.send(sender=Run, run=run, before=before, to=to)
     if settles:
         # The settled run's slot goes to the next one waiting, in this same transaction: a
         # release that could be lost between two transactions would strand the queue.
@@ -210,7 +197,7 @@ def queue_release(*, workflow_id: int, launching: int | None = None) -> list[int
                 dispatch(task_named("runs.execute"), run_id=run.pk)
                 continue
             waited = round((now - run.created_at).total_seconds(), 3)
-            _event(run, "dispatched", {"waited_seconds": waited})
+            event_append(run, "dispatched", {"waited_seconds": waited})
             run.save(update_fields=["dispatched_at", "last_event_seq"])
             audit_record(
                 action="run.dispatched",
@@ -257,13 +244,10 @@ def destroy_sandbox(data: dict[str, Any]) -> None:
     while the sandbox starts (``pending``), in which case its workdir is found by run key.
     Idempotent.
     """
-    from sessions.durability import egress_finish
     from sessions.sandbox import Sandbox, get_backend
 
     host = str(data.get("host") or socket.gethostname())
     if host != socket.gethostname():
-        from pandaweb.core.dispatch import task_named
-
         task_named("runs.destroy_sandbox").apply_async(
             kwargs={"sandbox": data}, queue=host_queue(host)
         )

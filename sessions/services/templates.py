@@ -22,9 +22,10 @@ from django.utils import timezone
 
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
-from pandaweb.core.dispatch import dispatch
+from pandaweb.core.dispatch import dispatch, task_named
 from sessions.models import Run, SessionTemplate
-from sessions.services.runstate import _event, host_queue, lock_run
+from sessions.services.records import event_append, lock_run
+from sessions.services.runstate import host_queue
 from sessions.services.writer import _Heartbeat, _Sink
 from workflows.models import Credential, WorkflowVersion
 from workflows.schema import credentials_used
@@ -127,10 +128,8 @@ def template_request_bake(
             version_id=version_id, user=user, backend=backend, host=host
         )
         if created:
-            from sessions.tasks import session_template_bake_task
-
             dispatch(
-                session_template_bake_task,
+                task_named("runs.bake_session_template"),
                 template_id=template.pk,
                 queue=host_queue(host) if host else None,
             )
@@ -442,9 +441,9 @@ def _discard_state_file(path: str, host: str) -> None:
     if not path:
         return
     if host and host != socket.gethostname():
-        from sessions.tasks import session_template_discard_task
-
-        session_template_discard_task.apply_async(kwargs={"path": path}, queue=host_queue(host))
+        task_named("runs.discard_session_template_state").apply_async(
+            kwargs={"path": path}, queue=host_queue(host)
+        )
         return
     template_discard_state(path=path)
 
@@ -515,10 +514,8 @@ def template_rebake_due() -> list[int]:
                 version_id=version.pk, user=None, backend=template.backend, host=template.host
             )
             if created:
-                from sessions.tasks import session_template_bake_task
-
                 dispatch(
-                    session_template_bake_task,
+                    task_named("runs.bake_session_template"),
                     template_id=fresh.pk,
                     queue=host_queue(template.host) if template.host else None,
                 )
@@ -576,7 +573,7 @@ def _pick_or_bake(run_id: int) -> _Fork | str:
                     )  # fmt: skip
                     if created:
                         locked = lock_run(run_id)
-                        _event(
+                        event_append(
                             locked, "session_template", {"phase": "baking", "template": fresh.pk}
                         )
                         locked.save(update_fields=["last_event_seq"])

@@ -28,7 +28,9 @@ from django.utils import timezone
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from sessions.models import Artifact, Run, StepResult
-from sessions.services.runstate import S, TransitionRefused, _event, lock_run, run_files_dir
+from sessions.services.egress import run_drain_egress
+from sessions.services.records import event_append, lock_run
+from sessions.services.runstate import S, TransitionRefused, run_files_dir
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +184,7 @@ def run_record_action(
             approval.completed_at = now
         approval.action_result = result[:2000]
         approval.save(update_fields=["intent_at", "completed_at", "refused_at", "action_result"])
-        _event(
+        event_append(
             run,
             f"action_{phase}",
             {"approval": approval.pk, "step": approval.step_id, "result": result[:2000]},
@@ -237,7 +239,6 @@ class _Heartbeat:
             self._thread.join(timeout=2)
 
     def _drain(self) -> None:
-        from sessions.durability import run_drain_egress
 
         if self.spool is None:
             return
@@ -335,7 +336,7 @@ def run_record_step(*, run_id: int, record: Any) -> StepResult:
         run.steps_executed += 1
         run.outputs = {**run.outputs, **record.outputs}
         run.heartbeat_at = timezone.now()
-        _event(
+        event_append(
             run, "step", {"index": record.index, "status": record.status, "step_result": result.pk}
         )
         run.save()
@@ -370,7 +371,7 @@ def run_record_denial(*, run_id: int, attempt: Any) -> None:
             "quiet": attempt.quiet,
         }
         if not attempt.quiet:
-            _event(run, "egress_denied", payload)
+            event_append(run, "egress_denied", payload)
             run.save(update_fields=["last_event_seq"])
         audit_record(
             action="run.egress_denied",

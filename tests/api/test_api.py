@@ -17,6 +17,7 @@ from approvals.services import evidence_hash
 from pandaweb.audit.models import AuditEvent
 from sessions.models import Run, StepResult
 from tests.api.conftest import Api, make_token
+from tests.dispatching import patch_dispatch
 from tests.factories import ApprovalRequestFactory, user_with_role
 from workflows.models import Workflow
 
@@ -29,9 +30,7 @@ GOOD = {"invoice": "INV-1001", "amount": "1250.00"}
 def continuations(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """Approving dispatches the run's continuation; nothing executes here."""
     sent: list[dict[str, Any]] = []
-    monkeypatch.setattr(
-        "pandaweb.core.dispatch.dispatch", lambda task, queue=None, **kw: sent.append(kw)
-    )
+    patch_dispatch(monkeypatch, lambda task, queue=None, **kw: sent.append(kw))
     return sent
 
 

@@ -5,6 +5,8 @@ from typing import Any
 
 import pytest
 
+from tests.dispatching import patch_dispatch
+
 # Runs are launched and executed by the tests themselves, with the sessions tests' fixtures.
 from tests.sessions.conftest import acme_credential, demo_workflow, no_background_runs, operator
 
@@ -21,5 +23,5 @@ def continuations(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         with lock:
             sent.append({"task": task.name, "queue": queue, **kwargs})
 
-    monkeypatch.setattr("pandaweb.core.dispatch.dispatch", record)
+    patch_dispatch(monkeypatch, record)
     return sent

@@ -242,7 +242,8 @@ def test_a_late_click_on_an_expired_request_is_refused_and_the_card_says_expired
     background: list[dict[str, Any]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("sessions.services.destroy_sandbox", lambda sandbox: None)
+    destroyed: list[dict[str, Any]] = []
+    monkeypatch.setattr("sessions.services.runstate.destroy_sandbox", destroyed.append)
     linked("rory", "U0RORY")
     approval = open_request(operator, workflow)
     ApprovalRequest.objects.filter(pk=approval.pk).update(
@@ -259,6 +260,7 @@ def test_a_late_click_on_an_expired_request_is_refused_and_the_card_says_expired
 
     click(approval, "U0RORY")  # and again, now that it is closed
     assert "already expired" in ephemerals(fake_slack, "U0RORY")[1]
+    assert [d["run_key"] for d in destroyed] == [f"run-{approval.run_id}-x"]
 
 
 def test_reject_asks_for_a_reason_in_a_modal_then_rejects(
@@ -268,7 +270,8 @@ def test_reject_asks_for_a_reason_in_a_modal_then_rejects(
     background: list[dict[str, Any]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("sessions.services.destroy_sandbox", lambda sandbox: None)
+    destroyed: list[dict[str, Any]] = []
+    monkeypatch.setattr("sessions.services.runstate.destroy_sandbox", destroyed.append)
     linked("rory", "U0RORY")
     approval = open_request(operator, workflow)
 
@@ -299,6 +302,7 @@ def test_reject_asks_for_a_reason_in_a_modal_then_rejects(
     assert approval.status == A.REJECTED
     assert approval.decisions.get().reason == "Wrong payee"
     assert "Wrong payee" in card_text(fake_slack.of("chat.update")[-1])
+    assert [d["run_key"] for d in destroyed] == [f"run-{approval.run_id}-x"]
 
 
 def test_a_decision_on_the_page_updates_the_card(

@@ -42,6 +42,7 @@ from pandaweb.core.roles import Role
 from sessions import services
 from sessions.models import Run, StepResult
 from sessions.runner import ArtifactFile, StepRecord
+from tests.dispatching import patch_dispatch
 from tests.factories import user_with_role
 from tests.sessions.conftest import EXAMPLE, publish
 from workflows import services as workflow_services
@@ -65,7 +66,7 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """A launch queues the run, an approval its continuation; nothing runs them here."""
     monkeypatch.setattr(services.runstate, "dispatch", lambda task, **kwargs: None)
     monkeypatch.setattr(services.templates, "dispatch", lambda task, **kwargs: None)
-    monkeypatch.setattr("pandaweb.core.dispatch.dispatch", lambda task, queue=None, **kw: None)
+    patch_dispatch(monkeypatch, lambda task, queue=None, **kw: None)
 
 
 @pytest.fixture

@@ -25,6 +25,8 @@ from pandaweb.audit.models import AuditEvent
 from sessions import durability, services
 from sessions.models import Run
 from sessions.sandbox.egress import Egress
+from sessions.services import egress as egress_services
+from tests.dispatching import patch_dispatch
 from workflows.models import Workflow
 
 pytestmark = pytest.mark.django_db
@@ -44,7 +46,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     def record(task: Any, queue: str | None = None, **kwargs: Any) -> None:
         queued.append({"task": task.name, "queue": queue, **kwargs})
 
-    monkeypatch.setattr("pandaweb.core.dispatch.dispatch", record)
+    patch_dispatch(monkeypatch, record)
     return queued
 
 
@@ -72,7 +74,7 @@ def waiting(
     """A run waiting for approval whose worker is gone: its browser and egress supervisor live."""
     run = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
     key = f"run-{run.pk}-test"
-    egress = durability.egress_start(
+    egress = egress_services.egress_start(
         run_key=key, allowed_hosts=["127.0.0.1:9"], deadline=time.time() + 600
     )
     workdir = tmp_path / "sandboxes" / key
@@ -114,8 +116,8 @@ def test_the_supervisor_refuses_what_the_policy_refuses_and_spools_it_for_any_wo
     run, egress, _ = waiting
     refused_by(egress, "http://example.test/steal")
 
-    assert durability.run_drain_egress(run_id=run.pk) == 1
-    assert durability.run_drain_egress(run_id=run.pk) == 0  # a line is recorded once
+    assert egress_services.run_drain_egress(run_id=run.pk) == 1
+    assert egress_services.run_drain_egress(run_id=run.pk) == 0  # a line is recorded once
 
     run.refresh_from_db()
     [denied] = run.events.filter(type="egress_denied")

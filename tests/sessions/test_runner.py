@@ -390,8 +390,8 @@ def test_a_run_cancelled_while_it_starts_leaves_nothing_running(
 ) -> None:
     """Whatever the cancel reaches first (the egress supervisor, the half-made sandbox), all
     that the start made is gone when the worker is done with the run."""
-    from sessions.durability import egress_dir
     from sessions.sandbox.local import LocalBackend
+    from sessions.services.egress import egress_dir
 
     workflow = publish(operator, {
         "name": "Start", "slug": "start",

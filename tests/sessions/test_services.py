@@ -253,7 +253,7 @@ def test_housekeeping_destroys_what_no_live_run_owns_and_spares_the_rest(
 ) -> None:
     """From what is on disk and running, not only from rows: an egress supervisor and a browser
     left by a run that ended go; a live run's, a fresh one and another installation's stay."""
-    from sessions.durability import egress_dir, egress_start
+    from sessions.services.egress import egress_dir, egress_start
 
     monkeypatch.setenv("PANDAWEB_SANDBOX_DIR", str(tmp_path))
     ended = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)

@@ -183,7 +183,7 @@ def test_a_run_of_a_stale_template_fails_before_any_browser_starts(
     def no_sandbox(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("no sandbox may start for a stale template")
 
-    monkeypatch.setattr("sessions.sandbox.base.get_backend", no_sandbox)
+    monkeypatch.setattr("sessions.sandbox.backends.get_backend", no_sandbox)
     run = services.run_launch(workflow_id=downloads.pk, user=operator, raw_inputs={})
 
     services.run_execute(run_id=run.pk)

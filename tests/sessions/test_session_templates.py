@@ -318,9 +318,9 @@ def test_a_backend_that_saves_whole_vms_forks_runs_from_the_file_on_its_host(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    from sessions.sandbox import base
+    from sessions.sandbox import backends
 
-    monkeypatch.setitem(base._FACTORIES, "saved-browser", SavedBrowserBackend)
+    monkeypatch.setitem(backends._FACTORIES, "saved-browser", SavedBrowserBackend)
     monkeypatch.setattr(settings, "SANDBOX_BACKEND", "saved-browser")
     version = downloads.versions.get(number=1)
     requested = services.template_request_bake(

@@ -1,0 +1,36 @@
+"""The sandbox backends by name (no Django imports): what a run's ``sandbox_backend`` and a
+recorded sandbox's ``backend`` field resolve to.
+
+Kept apart from ``base`` so the interface imports no backend and every backend imports only the
+interface: the dependency runs one way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sessions.sandbox.base import SandboxBackend, SandboxError
+from sessions.sandbox.local import LocalBackend
+from sessions.sandbox.microvm.backend import MicroVMBackend
+from sessions.sandbox.pandastack import PandaStackBackend
+
+__all__ = ["get_backend", "register_backend"]
+
+_FACTORIES: dict[str, Callable[[], SandboxBackend]] = {
+    "local": LocalBackend,
+    "microvm": MicroVMBackend,
+    "pandastack": PandaStackBackend,
+}
+
+
+def register_backend(name: str, factory: Callable[[], SandboxBackend]) -> None:
+    _FACTORIES[name] = factory
+
+
+def get_backend(name: str) -> SandboxBackend:
+    try:
+        factory = _FACTORIES[name]
+    except KeyError:
+        known = ", ".join(sorted(_FACTORIES))
+        raise SandboxError(f"unknown sandbox backend {name!r} (known: {known})") from None
+    return factory()
