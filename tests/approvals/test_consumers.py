@@ -40,8 +40,16 @@ def communicator(
     return WebsocketCommunicator(application, "/ws/nav/", headers=headers)
 
 
+async def handshake(socket: WebsocketCommunicator) -> bool:
+    connected, _ = await socket.connect(timeout=10)
+    # Ends the consumer and its channel-layer receive while this test's loop runs: a Redis
+    # receive left to the loop's shutdown can hang it.
+    await socket.disconnect()
+    return connected
+
+
 async def test_it_refuses_an_anonymous_handshake() -> None:
-    connected, _ = await communicator(None).connect(timeout=10)
+    connected = await handshake(communicator(None))
 
     assert connected is False
 
@@ -49,7 +57,7 @@ async def test_it_refuses_an_anonymous_handshake() -> None:
 async def test_it_refuses_a_foreign_origin_even_with_a_session() -> None:
     cookie = await session_cookie_for(Role.REVIEWERS)
 
-    connected, _ = await communicator(cookie, origin="http://evil.example.test").connect(timeout=10)
+    connected = await handshake(communicator(cookie, origin="http://evil.example.test"))
 
     assert connected is False
 
@@ -57,7 +65,7 @@ async def test_it_refuses_a_foreign_origin_even_with_a_session() -> None:
 async def test_it_refuses_a_person_without_a_role() -> None:
     cookie = await session_cookie_for(None)
 
-    connected, _ = await communicator(cookie).connect(timeout=10)
+    connected = await handshake(communicator(cookie))
 
     assert connected is False
 
@@ -91,6 +99,7 @@ async def test_a_reviewer_who_loses_the_role_is_disconnected() -> None:
 
     output: dict[str, Any] = await socket.receive_output(timeout=10)
     assert output["type"] == "websocket.close"
+    await socket.disconnect()
 
 
 async def test_the_badge_counts_the_questions_asked_of_each_person_live() -> None:

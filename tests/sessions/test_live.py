@@ -87,7 +87,10 @@ async def test_run_sockets_refuse_strangers(operator: User, demo_workflow: Workf
         ("/ws/runs/999999/", operator_cookie),
     ]
     for path, cookie in attempts:
-        connected, _ = await socket(path, cookie).connect(timeout=10)
+        refused = socket(path, cookie)
+        connected, _ = await refused.connect(timeout=10)
+        # Ends the consumer and its channel-layer receive while this test's loop runs.
+        await refused.disconnect()
         assert connected is False, path
 
 
