@@ -47,7 +47,7 @@ class ApprovalRefused(Exception):
 def approval_open(*, run: Run, gate: Any, previous: ApprovalRequest | None) -> ApprovalRequest:
     """Freeze the evidence of a gate into a pending request (inside the caller's transaction,
     with ``run`` locked). ``previous`` is the approved request whose page changed since."""
-    from sessions import observation as observing
+    from sessions.engine import observation as observing
     from sessions.services.runstate import run_files_dir
 
     document = run.version.document or {}

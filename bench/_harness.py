@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 from pandaweb.demo_portal.server import PortalServer, make_server  # noqa: E402
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME, PortalState  # noqa: E402
-from sessions.proxy import EgressPolicy, EgressProxy  # noqa: E402
-from sessions.sandbox import Sandbox, SandboxSpec  # noqa: E402
-from sessions.sandbox.local import LocalBackend  # noqa: E402
+from sessions.engine.proxy import EgressPolicy, EgressProxy  # noqa: E402
+from sessions.engine.sandbox import Sandbox, SandboxSpec  # noqa: E402
+from sessions.engine.sandbox.local import LocalBackend  # noqa: E402
 
 EXAMPLE = ROOT / "workflows" / "examples" / "acme-pay-invoice.yaml"
 EXAMPLE_HOST = "127.0.0.1:8001"
@@ -356,10 +356,11 @@ def bare_run(
     """The workflow's first 13 steps as a plain Playwright script: same clicks, fills, gotos,
     extract, download and screenshot, plain locators, no observation and no recording.
 
-    On a warm Playwright driver, as the runner has (``sessions.driver.with_browser``: connect,
-    work, disconnect on a driver thread kept alive between runs): what differs is recording only.
+    On a warm Playwright driver, as the runner has (``sessions.engine.driver.with_browser``:
+    connect, work, disconnect on a driver thread kept alive between runs): what differs is
+    recording only.
     """
-    from sessions.driver import with_browser
+    from sessions.engine.driver import with_browser
 
     base = f"http://{workflow.host}"
     invoice = workflow.inputs["invoice"]

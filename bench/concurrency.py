@@ -503,7 +503,7 @@ def one_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         from pandaweb.api.services import token_create
         from pandaweb.core.roles import Role
         from pandaweb.core.services import roles_sync
-        from sessions.sandbox.local import reap_orphans
+        from sessions.engine.sandbox.local import reap_orphans
         from workflows import services as workflows
 
         cleanup.callback(connections.close_all)

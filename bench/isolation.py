@@ -34,10 +34,10 @@ from _harness import (
     temp_dir,
 )
 
-from sessions.runner import Runner, RunPlan, SessionCheck
-from sessions.sandbox import Sandbox, SandboxSpec
-from sessions.sandbox.local import LocalBackend
-from sessions.sandbox.microvm.backend import MicroVMBackend
+from sessions.engine.runner import Runner, RunPlan, SessionCheck
+from sessions.engine.sandbox import Sandbox, SandboxSpec
+from sessions.engine.sandbox.local import LocalBackend
+from sessions.engine.sandbox.microvm.backend import MicroVMBackend
 
 MIB = 1024 * 1024
 LOGIN_STEPS = ("open-login", "log-in", "wait-dashboard")

@@ -170,7 +170,7 @@ class MemorySink:
 
 
 def concurrent(counts: list[int], interval: float) -> None:
-    from sessions.sandbox.local import LocalBackend
+    from sessions.engine.sandbox.local import LocalBackend
 
     with (
         temp_dir("pandaweb-bench-sandboxes-") as sandboxes,
@@ -186,8 +186,8 @@ def concurrent(counts: list[int], interval: float) -> None:
 
 
 def at_once(n: int, workflow: Any, backend: Any, proxy: Any, files: Path, interval: float) -> None:
-    from sessions import recording
-    from sessions.runner import Runner, RunPlan
+    from sessions.engine import recording
+    from sessions.engine.runner import Runner, RunPlan
 
     peak = [0]
     stop = threading.Event()
@@ -265,8 +265,8 @@ def main() -> int:
         print(f"end: {load_line()}")
         return 0
 
-    from sessions.runner import Runner, RunPlan
-    from sessions.sandbox.local import LocalBackend
+    from sessions.engine.runner import Runner, RunPlan
+    from sessions.engine.sandbox.local import LocalBackend
 
     print(f"start: {load_line()}")
     peaks: list[Peak] = []

@@ -103,7 +103,7 @@ def install_profiling() -> None:
     Page.screenshot."""
     from playwright.sync_api import Page
 
-    from sessions import observation
+    from sessions.engine import observation
 
     observation.take = _timed("observe", observation.take, capture_only=True)
     observation.PageWatch.mark = _timed(  # type: ignore[method-assign]
@@ -118,7 +118,7 @@ def install_profiling() -> None:
 
 
 def profiled_runner_class() -> type[Any]:
-    from sessions.runner import Runner
+    from sessions.engine.runner import Runner
 
     class ProfiledRunner(Runner):
         def _execute(self, context: Any, index: int, step: Any) -> Any:
@@ -198,7 +198,7 @@ def recorded_run(
     *,
     artifacts_dir: str | None = None,
 ) -> dict[str, float]:
-    from sessions.runner import Runner, RunPlan
+    from sessions.engine.runner import Runner, RunPlan
 
     run_id = persistence.new_run(workflow.inputs)
     plan = RunPlan(
@@ -311,7 +311,7 @@ def main() -> int:
         persistence = setup_django(workflow, Path(data))
         from django.conf import settings
 
-        from sessions.sandbox.local import LocalBackend
+        from sessions.engine.sandbox.local import LocalBackend
 
         files = Path(settings.RUN_FILES_DIR)
         backend = LocalBackend(root=sandboxes)

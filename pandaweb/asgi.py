@@ -27,7 +27,7 @@ if settings.RUN_EXECUTION == "thread" and settings.EMBEDDED_WORKER:
     from pandaweb.core.dispatch import start_periodic
     from pandaweb.schedules.tasks import schedules_tick_task
     from pandaweb.webhooks.tasks import webhooks_drain_task
-    from sessions.driver import warm
+    from sessions.engine.driver import warm
     from sessions.tasks import (
         run_files_prune_task,
         runs_reap_task,

@@ -1,10 +1,11 @@
 """What keeps a run alive across worker restarts: the host's housekeeping (adopting waiting runs,
 failing the ones whose sandbox died, re-sending work whose message was lost).
 
-A run's browser and its egress proxy (``sessions.sandbox.egress``) are detached processes that
-outlive the worker that started them. Which worker continues the run does not matter, as long as
-it is on the sandbox's host; so the run's liveness while nobody executes it is its sandbox's, not
-a worker's: the host's housekeeping checks the supervisor and the browser and beats for them.
+A run's browser and its egress proxy (``sessions.engine.sandbox.egress``) are detached processes
+that outlive the worker that started them. Which worker continues the run does not matter, as
+long as it is on the sandbox's host; so the run's liveness while nobody executes it is its
+sandbox's, not a worker's: the host's housekeeping checks the supervisor and the browser and
+beats for them.
 """
 
 from __future__ import annotations

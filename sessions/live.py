@@ -30,6 +30,9 @@ from channels.db import database_sync_to_async
 from channels.layers import InMemoryChannelLayer, channel_layers, get_channel_layer
 from django.conf import settings
 
+from sessions.engine.filmstrip import filmstrip_append
+from sessions.engine.runner import MASK, HandBack
+from sessions.engine.screencast import UNREADABLE_DIALOG, BrowserTap, CdpError, Dialog, Frame
 from sessions.events import (
     LiveControl,
     LiveDialog,
@@ -39,9 +42,6 @@ from sessions.events import (
     run_feed_group,
     run_live_group,
 )
-from sessions.filmstrip import filmstrip_append
-from sessions.runner import MASK, HandBack
-from sessions.screencast import UNREADABLE_DIALOG, BrowserTap, CdpError, Dialog, Frame
 from sessions.services.control import control_close, control_open
 from sessions.services.runstate import RunError, run_files_dir
 

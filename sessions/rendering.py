@@ -59,7 +59,7 @@ def header_html(run: Run, viewer: Viewer, request: HttpRequest | None = None) ->
     from approvals.models import ApprovalRequest
     from approvals.questions import question_refusal
     from approvals.selectors import question_pending
-    from sessions.runner import STALE_SESSION
+    from sessions.engine.runner import STALE_SESSION
     from sessions.services.launch import reconcile_refusal
 
     pending = run.approvals.filter(status=ApprovalRequest.Status.PENDING).first()

@@ -51,7 +51,7 @@ def sandboxes_reap_task() -> None:
 def _warm_driver(**kwargs: Any) -> None:
     # A prefork child (or the solo pool's process) runs the tasks: a continuation it takes
     # right after a deploy then does not wait for a Playwright driver to start.
-    from sessions.driver import warm
+    from sessions.engine.driver import warm
 
     warm()
 

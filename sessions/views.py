@@ -16,7 +16,7 @@ from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
 from sessions import console, console_views, rendering, selectors, services
-from sessions.filmstrip import filmstrip_frames
+from sessions.engine.filmstrip import filmstrip_frames
 from sessions.forms import LaunchForm
 from workflows import selectors as workflow_selectors
 from workflows.models import Workflow

@@ -46,7 +46,7 @@ from pandaweb.audit import chain
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.selectors import RunTimeline, TimelineEntry, run_get, run_timeline
 from pandaweb.audit.services import audit_record
-from sessions.filmstrip import filmstrip_frames
+from sessions.engine.filmstrip import filmstrip_frames
 from sessions.models import Run
 from sessions.services import run_files_dir
 

@@ -1,7 +1,7 @@
 """A run's egress supervisor seen from the run core: where it keeps its state, starting it, and
 recording what it refused (its spool) on the run's timeline and in the audit trail.
 
-The supervisor itself (``sessions.sandbox.egress``) is a detached process that outlives the
+The supervisor itself (``sessions.engine.sandbox.egress``) is a detached process that outlives the
 worker that started it; these functions are how a worker or the host's housekeeping reads it.
 """
 
@@ -17,10 +17,10 @@ from django.db import transaction
 
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
+from sessions.engine.sandbox.base import default_root
+from sessions.engine.sandbox.egress import SPOOL_FILE, Egress, read_spool, start
+from sessions.engine.sandbox.workdirs import ensure_root
 from sessions.models import Run
-from sessions.sandbox.base import default_root
-from sessions.sandbox.egress import SPOOL_FILE, Egress, read_spool, start
-from sessions.sandbox.workdirs import ensure_root
 from sessions.services.records import event_append, lock_run
 
 

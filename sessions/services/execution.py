@@ -28,7 +28,7 @@ from sessions.services.writer import _Heartbeat, _Sink, _worker_name
 from workflows.schema import credentials_used
 
 if TYPE_CHECKING:
-    from sessions.driver import Connection
+    from sessions.engine.driver import Connection
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +52,8 @@ def run_execute(*, run_id: int) -> None:
             heartbeat_at=now, started_at=now, deadline_at=now + ttl,
         )  # fmt: skip
     # Imported here: the browser machinery is only needed where runs execute.
-    from sessions.sandbox import SandboxError, SandboxSpec, get_backend
-    from sessions.sandbox.egress import EgressError
+    from sessions.engine.sandbox import SandboxError, SandboxSpec, get_backend
+    from sessions.engine.sandbox.egress import EgressError
 
     sink = _Sink(run_id)
     fork = None
@@ -180,7 +180,7 @@ def run_continue(*, run_id: int, approval_id: int) -> None:
     the first call marks the approval continued, any later call does nothing.
     """
     from approvals.models import ApprovalRequest
-    from sessions.sandbox.egress import Egress
+    from sessions.engine.sandbox.egress import Egress
 
     # Connecting to the browser takes as long as the checks below: it starts first, and nothing
     # is done with the browser unless they pass.
@@ -219,8 +219,8 @@ def run_continue(*, run_id: int, approval_id: int) -> None:
 
 def _connect_ahead(record: dict[str, Any]) -> Connection | None:
     """A connection to the recorded browser, being opened (None without a usable record)."""
-    from sessions.driver import Connection, connect_timeout_ms
-    from sessions.sandbox import Sandbox, SandboxError
+    from sessions.engine.driver import Connection, connect_timeout_ms
+    from sessions.engine.sandbox import Sandbox, SandboxError
 
     if not record:
         return None
@@ -244,8 +244,8 @@ def run_answer_continue(*, run_id: int, question_id: int) -> None:
     """
     from approvals.models import Question
     from approvals.questions import question_take_answer
-    from sessions.runner import Answer
-    from sessions.sandbox.egress import Egress
+    from sessions.engine.runner import Answer
+    from sessions.engine.sandbox.egress import Egress
 
     with transaction.atomic():
         run = lock_run(run_id)
@@ -307,8 +307,8 @@ def _drive(
 ) -> None:
     """Run the runner against a started sandbox and settle what it reports (on ``connection``,
     to its browser opened ahead, where there is one)."""
-    from sessions.runner import Runner, RunPlan, SessionCheck
-    from sessions.sandbox import Sandbox
+    from sessions.engine.runner import Runner, RunPlan, SessionCheck
+    from sessions.engine.sandbox import Sandbox
 
     sandbox = Sandbox.from_dict(record)
     beat = _Heartbeat(run_id, sink, spool=Path(proxy.directory))
@@ -379,8 +379,8 @@ def _live_feed(
     run_settings: Any,
 ) -> Any:
     """The run's live view while this worker drives its browser (docs/live-view.md)."""
+    from sessions.engine.runner import secret_targets, secret_values_of
     from sessions.live import Filmstrip, LiveFeed
-    from sessions.runner import secret_targets, secret_values_of
 
     return LiveFeed(
         run_id=run_id,
@@ -464,7 +464,7 @@ def _wait_for_people(run: Run, expires_at: datetime, sandbox: Any, proxy: Any) -
     whichever worker of the host continues the run finds it by its directory, and the host's
     housekeeping drains its spool.
     """
-    from sessions.sandbox import SandboxError, get_backend
+    from sessions.engine.sandbox import SandboxError, get_backend
 
     remaining = max(0.0, run.deadline_at.timestamp() - time.time()) if run.deadline_at else 0.0
     waits_until = expires_at.timestamp() + remaining + 60

@@ -325,13 +325,13 @@ def sandbox_reap_orphans(*, grace: timedelta = timedelta(seconds=30)) -> list[st
     installation's that no live run owns: a run that ended, or that started its sandbox again
     under another key, while something of the old start survived. ``grace`` spares what is
     younger (a destroy already under way)."""
-    from sessions.sandbox.local import reap_orphans
+    from sessions.engine.sandbox.local import reap_orphans
 
     return reap_orphans() + _reap_unowned(grace)
 
 
 def _reap_unowned(grace: timedelta) -> list[str]:
-    from sessions.sandbox import default_root
+    from sessions.engine.sandbox import default_root
 
     own_key = re.compile(rf"run-(\d+)-{installation_tag()}[0-9a-f]{{8}}")
     root = default_root().absolute()

@@ -6,9 +6,9 @@ import os
 import socket
 from typing import Any
 
-from sessions.sandbox.backends import get_backend
-from sessions.sandbox.base import Sandbox, SandboxError
-from sessions.sandbox.egress import Egress
+from sessions.engine.sandbox.backends import get_backend
+from sessions.engine.sandbox.base import Sandbox, SandboxError
+from sessions.engine.sandbox.egress import Egress
 
 
 def sandbox_alive(record: dict[str, Any], *, quick: bool = False) -> str:

@@ -109,7 +109,7 @@ def _template_audit(
 
 
 def _snapshots_whole_vm(backend: str) -> bool:
-    from sessions.sandbox import get_backend
+    from sessions.engine.sandbox import get_backend
 
     return callable(getattr(get_backend(backend), "snapshot", None))
 
@@ -193,9 +193,9 @@ def template_bake(*, template_id: int, run_id: int | None = None) -> SessionTemp
 
 
 def _bake(template: SessionTemplate, *, run_id: int | None) -> _Capture:
-    from sessions.proxy import EgressPolicy, EgressProxy
-    from sessions.runner import PUBLIC_CREDENTIAL_FIELDS, Runner, RunPlan, SessionCheck
-    from sessions.sandbox import SandboxError, SandboxSpec, get_backend
+    from sessions.engine.proxy import EgressPolicy, EgressProxy
+    from sessions.engine.runner import PUBLIC_CREDENTIAL_FIELDS, Runner, RunPlan, SessionCheck
+    from sessions.engine.sandbox import SandboxError, SandboxSpec, get_backend
 
     document = template.version.document or {}
     session = document["session"]
@@ -276,7 +276,7 @@ def _bake(template: SessionTemplate, *, run_id: int | None) -> _Capture:
 
 
 def _masked(text: str, typed: list[str]) -> str:
-    from sessions.runner import MASK
+    from sessions.engine.runner import MASK
 
     for value in sorted(typed, key=len, reverse=True):
         text = text.replace(value, MASK)
@@ -548,8 +548,8 @@ def _fork_for(run_id: int, sink: _Sink) -> _Fork | str:
 
 def _pick_or_bake(run_id: int) -> _Fork | str:
     from sessions import selectors
-    from sessions.runner import STALE_SESSION
-    from sessions.sandbox import SandboxError
+    from sessions.engine.runner import STALE_SESSION
+    from sessions.engine.sandbox import SandboxError
 
     here = socket.gethostname()
     run = Run.objects.select_related("version", "launched_by").get(pk=run_id)

@@ -281,7 +281,7 @@ class _Heartbeat:
 def run_record_step(*, run_id: int, record: Any) -> StepResult:
     """Persist one executed step: files (the overlay and thumbnail are drawn here, on the
     writer thread), the step row, artifacts, an event, an audit event."""
-    from sessions import recording
+    from sessions.engine import recording
 
     directory = run_files_dir(run_id) / "steps"
     directory.mkdir(parents=True, exist_ok=True)

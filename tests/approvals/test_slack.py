@@ -381,8 +381,8 @@ def ask_for_a_code(launcher: User, workflow: Workflow, answered_by: str = "launc
 
     from approvals import questions
     from sessions import services
+    from sessions.engine.runner import Question as Asked
     from sessions.models import Run
-    from sessions.runner import Question as Asked
     from tests.approvals.reach import INPUTS
 
     run = services.run_launch(workflow_id=workflow.pk, user=launcher, raw_inputs=INPUTS)

@@ -40,8 +40,8 @@ from pandaweb.audit.triggers import append_only_suspended
 from pandaweb.browser import HEADLESS_ARGS, find_chromium
 from pandaweb.core.roles import Role
 from sessions import services
+from sessions.engine.runner import ArtifactFile, StepRecord
 from sessions.models import Run, StepResult
-from sessions.runner import ArtifactFile, StepRecord
 from tests.dispatching import patch_dispatch
 from tests.factories import user_with_role
 from tests.sessions.conftest import EXAMPLE, publish

@@ -12,9 +12,9 @@ from django.contrib.auth.models import User
 
 from pandaweb.demo_portal.server import PortalServer
 from sessions import services
+from sessions.engine.sandbox import namespaces
+from sessions.engine.sandbox.workdirs import json_version
 from sessions.models import Run
-from sessions.sandbox import namespaces
-from sessions.sandbox.workdirs import json_version
 from tests.drills.conftest import (
     HOUSEKEEPING_SECONDS,
     Workers,

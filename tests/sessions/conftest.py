@@ -95,8 +95,8 @@ def session_document(portal_url: str) -> dict[str, Any]:
 @pytest.fixture
 def cdp_url(portal: str, tmp_path: Path) -> Iterator[str]:
     """A local sandbox's browser, allowed to reach the portal only, for the runner alone."""
-    from sessions.proxy import EgressPolicy, EgressProxy
-    from sessions.sandbox import SandboxSpec, get_backend
+    from sessions.engine.proxy import EgressPolicy, EgressProxy
+    from sessions.engine.sandbox import SandboxSpec, get_backend
 
     backend = get_backend("local")
     with EgressProxy(

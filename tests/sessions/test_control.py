@@ -17,8 +17,8 @@ from pandaweb.audit.bundles import run_bundle_to_file
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
 from sessions import services
+from sessions.engine.filmstrip import filmstrip_append
 from sessions.events import run_live_group
-from sessions.filmstrip import filmstrip_append
 from sessions.models import ControlSession, Run
 from tests.approvals.test_views import evidence
 from tests.factories import ApprovalRequestFactory, user_with_role, waiting_run

@@ -23,8 +23,8 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from pandaweb.audit.models import AuditEvent
 from sessions import durability, services
+from sessions.engine.sandbox.egress import Egress
 from sessions.models import Run
-from sessions.sandbox.egress import Egress
 from sessions.services import egress as egress_services
 from tests.dispatching import patch_dispatch
 from workflows.models import Workflow

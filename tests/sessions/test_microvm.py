@@ -27,13 +27,13 @@ from playwright.sync_api import Error as PlaywrightError
 
 from pandaweb.demo_portal.server import PortalServer, make_server
 from sessions import services
+from sessions.engine.proxy import EgressPolicy, EgressProxy
+from sessions.engine.sandbox import Sandbox, SandboxSpec, cdp_gate
+from sessions.engine.sandbox.microvm.backend import MicroVMBackend
+from sessions.engine.sandbox.microvm.image import GuestImage, find_image
+from sessions.engine.sandbox.workdirs import json_version
+from sessions.engine.screencast import MASK_COLOUR, BrowserTap, Frame
 from sessions.models import Run
-from sessions.proxy import EgressPolicy, EgressProxy
-from sessions.sandbox import Sandbox, SandboxSpec, cdp_gate
-from sessions.sandbox.microvm.backend import MicroVMBackend
-from sessions.sandbox.microvm.image import GuestImage, find_image
-from sessions.sandbox.workdirs import json_version
-from sessions.screencast import MASK_COLOUR, BrowserTap, Frame
 from tests.sessions.conftest import EXAMPLE, publish
 from workflows.models import Credential
 
@@ -185,8 +185,8 @@ def test_the_ttl_kills_a_vm_whose_worker_was_killed(sandbox_root: Path, proxy: E
                 f"""
                 import sys, time
                 sys.path.insert(0, {str(project)!r})
-                from sessions.sandbox import SandboxSpec
-                from sessions.sandbox.microvm.backend import MicroVMBackend
+                from sessions.engine.sandbox import SandboxSpec
+                from sessions.engine.sandbox.microvm.backend import MicroVMBackend
                 sandbox = MicroVMBackend({str(sandbox_root)!r}).create(
                     SandboxSpec(run_key="vm-orphan", proxy_url={proxy.url!r}, ttl_seconds=25)
                 )
@@ -532,7 +532,7 @@ def test_the_live_view_casts_a_vms_browser_with_its_secrets_masked(
     from tests.sessions.test_screencast import PAGE, close_to, pixel, run_apart
 
     with sync_playwright() as playwright:
-        # As long as the runner waits (sessions.driver.connect_timeout_ms): a loaded machine
+        # As long as the runner waits (sessions.engine.driver.connect_timeout_ms): a loaded machine
         # makes the emulated browser slower still.
         browser = playwright.chromium.connect_over_cdp(vm.cdp_url, timeout=120_000)
         page = browser.contexts[0].pages[0]

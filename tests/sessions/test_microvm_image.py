@@ -20,7 +20,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from pandaweb.browser import HEADLESS_ARGS, MANAGED_POLICY, MANAGED_POLICY_NAME
-from sessions.sandbox.microvm import image
+from sessions.engine.sandbox.microvm import image
 
 ARTIFACTS = (image.KERNEL_FILE, image.INITRD_FILE, image.ROOTFS_FILE)
 

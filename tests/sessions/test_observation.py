@@ -11,7 +11,7 @@ from playwright.sync_api import Browser, FloatRect, Page, Route, StorageState, e
 
 from pandaweb.demo_portal.server import PortalServer, make_server
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
-from sessions.observation import (
+from sessions.engine.observation import (
     MASK,
     Box,
     Element,

@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import Page
 
 from pandaweb.demo_portal.server import PortalServer
-from sessions.outcomes import ResponseWatch, visible_refusals
+from sessions.engine.outcomes import ResponseWatch, visible_refusals
 from tests.demo_portal.conftest import fetch_json, sign_in
 
 pytestmark = pytest.mark.browser

@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import Playwright
 
 from pandaweb.browser import HEADLESS_ARGS, find_chromium
-from sessions.proxy import (
+from sessions.engine.proxy import (
     PROXY_ANSWER_HEADER,
     DeniedAttempt,
     EgressDenied,

@@ -25,8 +25,8 @@ from pandaweb.demo_portal import lab
 from pandaweb.demo_portal.server import PortalServer
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
 from sessions import services
+from sessions.engine.sandbox import namespaces
 from sessions.models import Run, RunEvent, StepResult
-from sessions.sandbox import namespaces
 from tests.demo_portal.conftest import fetch_json
 from tests.sessions.conftest import EXAMPLE, processes_with, publish
 from workflows import services as workflow_services
@@ -390,7 +390,7 @@ def test_a_run_cancelled_while_it_starts_leaves_nothing_running(
 ) -> None:
     """Whatever the cancel reaches first (the egress supervisor, the half-made sandbox), all
     that the start made is gone when the worker is done with the run."""
-    from sessions.sandbox.local import LocalBackend
+    from sessions.engine.sandbox.local import LocalBackend
     from sessions.services.egress import egress_dir
 
     workflow = publish(operator, {
@@ -444,9 +444,9 @@ class RecordingSink:
 
 
 def test_the_run_time_limit_expires_the_run_mid_step(portal: str, tmp_path: Path) -> None:
-    from sessions.proxy import EgressPolicy, EgressProxy
-    from sessions.runner import Runner, RunPlan
-    from sessions.sandbox import SandboxSpec, get_backend
+    from sessions.engine.proxy import EgressPolicy, EgressProxy
+    from sessions.engine.runner import Runner, RunPlan
+    from sessions.engine.sandbox import SandboxSpec, get_backend
 
     backend = get_backend("local")
     with EgressProxy(
@@ -545,11 +545,11 @@ def test_a_worker_killed_mid_run_leaves_an_interrupted_run_and_no_browser(
 def test_a_read_only_step_on_an_unchanged_page_takes_no_new_evidence(
     portal: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sessions import observation as observing
-    from sessions import recording
-    from sessions.proxy import EgressPolicy, EgressProxy
-    from sessions.runner import Runner, RunPlan
-    from sessions.sandbox import SandboxSpec, get_backend
+    from sessions.engine import observation as observing
+    from sessions.engine import recording
+    from sessions.engine.proxy import EgressPolicy, EgressProxy
+    from sessions.engine.runner import Runner, RunPlan
+    from sessions.engine.sandbox import SandboxSpec, get_backend
 
     taken: list[str] = []
     take = observing.take

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from sessions.runner import Runner, RunPlan, StepFailed
+from sessions.engine.runner import Runner, RunPlan, StepFailed
 
 
 class GuestDownload:

@@ -12,9 +12,9 @@ import pytest
 
 from pandaweb.demo_portal.server import PortalServer
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
-from sessions import observation, recording
-from sessions.driver import with_browser
-from sessions.runner import Gate, Runner, RunOutcome, RunPlan
+from sessions.engine import observation, recording
+from sessions.engine.driver import with_browser
+from sessions.engine.runner import Gate, Runner, RunOutcome, RunPlan
 from tests.demo_portal.conftest import fetch_json
 
 pytestmark = pytest.mark.browser

@@ -16,8 +16,8 @@ from playwright.sync_api import Locator, Page
 
 from pandaweb.demo_portal.server import PortalServer
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
-from sessions import recording
-from sessions.runner import MASK, Runner, RunOutcome, RunPlan
+from sessions.engine import recording
+from sessions.engine.runner import MASK, Runner, RunOutcome, RunPlan
 
 pytestmark = pytest.mark.browser
 
@@ -171,7 +171,7 @@ def test_a_missing_target_is_named_with_the_run_s_value(
 
 def covered_by(page: Page, target: Locator, *, framed: bool = False) -> dict[str, str] | None:
     """What the runner finds over ``target``: in its own frame, then, in an iframe, on the page."""
-    from sessions.runner import _COVERED_BY
+    from sessions.engine.runner import _COVERED_BY
 
     found = target.evaluate(_COVERED_BY, None)
     if found is None and framed:

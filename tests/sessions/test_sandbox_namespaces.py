@@ -28,9 +28,9 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Playwright
 
 from pandaweb.browser import MANAGED_POLICY, MANAGED_POLICY_NAME
-from sessions.sandbox import Sandbox, SandboxError, SandboxSpec, cdp_gate, namespaces
-from sessions.sandbox.local import LocalBackend
-from sessions.sandbox.workdirs import json_version
+from sessions.engine.sandbox import Sandbox, SandboxError, SandboxSpec, cdp_gate, namespaces
+from sessions.engine.sandbox.local import LocalBackend
+from sessions.engine.sandbox.workdirs import json_version
 from tests.sessions.test_sandbox import (
     ForwardProxyHandler,
     PortalHandler,
@@ -566,7 +566,7 @@ def test_auto_falls_back_to_a_process_group_and_says_why(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setattr(namespaces, "probe", unavailable)
-    with caplog.at_level(logging.WARNING, logger="sessions.sandbox.local"):
+    with caplog.at_level(logging.WARNING, logger="sessions.engine.sandbox.local"):
         sandbox = make("auto")
     assert sandbox.details["isolation"] == "process group only"
     assert sandbox.details["isolation_warning"] == (

@@ -47,9 +47,9 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Playwright
 
 from pandaweb.browser import find_chromium
-from sessions.proxy import DeniedAttempt, EgressPolicy, EgressProxy
-from sessions.sandbox import Sandbox, SandboxError, SandboxSpec, get_backend
-from sessions.sandbox.pandastack import GATE_HEADER, PandaStackBackend
+from sessions.engine.proxy import DeniedAttempt, EgressPolicy, EgressProxy
+from sessions.engine.sandbox import Sandbox, SandboxError, SandboxSpec, get_backend
+from sessions.engine.sandbox.pandastack import GATE_HEADER, PandaStackBackend
 
 pytest.importorskip("pandastack")
 

@@ -19,7 +19,7 @@ from PIL import Image
 from playwright.sync_api import Page, Playwright
 
 from pandaweb.browser import HEADLESS_ARGS, find_chromium
-from sessions.screencast import (
+from sessions.engine.screencast import (
     MASK_COLOUR,
     UNREADABLE_DIALOG,
     BrowserTap,

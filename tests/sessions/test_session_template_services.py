@@ -16,8 +16,8 @@ from django.utils import timezone
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
 from sessions import services
+from sessions.engine.runner import STALE_SESSION
 from sessions.models import Run, SessionTemplate
-from sessions.runner import STALE_SESSION
 from tests.factories import user_with_role
 from tests.sessions.conftest import publish, session_document
 from workflows import services as workflow_services
@@ -183,7 +183,7 @@ def test_a_run_of_a_stale_template_fails_before_any_browser_starts(
     def no_sandbox(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("no sandbox may start for a stale template")
 
-    monkeypatch.setattr("sessions.sandbox.backends.get_backend", no_sandbox)
+    monkeypatch.setattr("sessions.engine.sandbox.backends.get_backend", no_sandbox)
     run = services.run_launch(workflow_id=downloads.pk, user=operator, raw_inputs={})
 
     services.run_execute(run_id=run.pk)

@@ -20,11 +20,11 @@ from pandaweb.audit.models import AuditEvent
 from pandaweb.demo_portal.server import PortalServer
 from pandaweb.demo_portal.state import DEMO_USERNAME
 from sessions import services
-from sessions.driver import with_browser
+from sessions.engine.driver import with_browser
+from sessions.engine.runner import STALE_SESSION
+from sessions.engine.sandbox.base import Sandbox, SandboxSpec
+from sessions.engine.sandbox.local import LocalBackend
 from sessions.models import Run, SessionTemplate
-from sessions.runner import STALE_SESSION
-from sessions.sandbox.base import Sandbox, SandboxSpec
-from sessions.sandbox.local import LocalBackend
 from tests.demo_portal.conftest import fetch_json
 from tests.sessions.conftest import processes_with, publish, session_document
 from workflows import services as workflow_services
@@ -318,7 +318,7 @@ def test_a_backend_that_saves_whole_vms_forks_runs_from_the_file_on_its_host(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    from sessions.sandbox import backends
+    from sessions.engine.sandbox import backends
 
     monkeypatch.setitem(backends._FACTORIES, "saved-browser", SavedBrowserBackend)
     monkeypatch.setattr(settings, "SANDBOX_BACKEND", "saved-browser")

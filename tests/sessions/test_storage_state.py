@@ -9,7 +9,7 @@ from playwright.sync_api import Browser
 
 from pandaweb.demo_portal.server import PortalServer
 from pandaweb.demo_portal.state import DEMO_USERNAME
-from sessions.runner import _load_storage_state
+from sessions.engine.runner import _load_storage_state
 
 pytestmark = pytest.mark.browser
 

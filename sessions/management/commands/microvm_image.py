@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sessions.sandbox.microvm import image
+from sessions.engine.sandbox.microvm import image
 
 _MIB = 1024 * 1024
 

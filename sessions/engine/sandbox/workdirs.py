@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from sessions.sandbox._proc import (
+from sessions.engine.sandbox._proc import (
     DEADLINE_FILE,
     RECORD_FILE,
     atomic_write,
@@ -27,9 +27,9 @@ from sessions.sandbox._proc import (
     remove_workdir,
     stop_browser,
 )
-from sessions.sandbox.base import Sandbox, SandboxError
+from sessions.engine.sandbox.base import Sandbox, SandboxError
 
-_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 # Popen objects of sandboxes this process started, so that destroy() here can reap them at once.
 # A daemon thread per child also reaps whenever it exits (killed by the watchdog, by a reaper in
@@ -77,7 +77,7 @@ def json_version(cdp_url: str, timeout: float) -> dict[str, Any] | None:
 
 
 def spawn_watchdog(workdir: Path, pgid: int) -> subprocess.Popen[bytes]:
-    """Start the sandbox's dead-man's switch (``sessions.sandbox.watchdog``), detached."""
+    """Start the sandbox's dead-man's switch (``sessions.engine.sandbox.watchdog``), detached."""
     env = {key: os.environ[key] for key in ("PATH", "LANG", "TZ") if key in os.environ}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     with open(workdir / "watchdog.log", "wb") as log:
@@ -89,7 +89,7 @@ def spawn_watchdog(workdir: Path, pgid: int) -> subprocess.Popen[bytes]:
                 # root as working directory finds the package without installing it.
                 "-S",
                 "-m",
-                "sessions.sandbox.watchdog",
+                "sessions.engine.sandbox.watchdog",
                 "--workdir",
                 str(workdir),
                 "--pgid",

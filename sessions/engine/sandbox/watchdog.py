@@ -1,4 +1,4 @@
-"""The dead-man's switch of a local sandbox: ``python -m sessions.sandbox.watchdog``.
+"""The dead-man's switch of a local sandbox: ``python -m sessions.engine.sandbox.watchdog``.
 
 Started detached, in its own session, next to each browser. It outlives the worker that created
 the sandbox (a SIGKILLed Celery child, an OOM kill), so a run whose worker died cannot leave a
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from sessions.sandbox._proc import group_alive, read_deadline, remove_workdir, stop_browser
+from sessions.engine.sandbox._proc import group_alive, read_deadline, remove_workdir, stop_browser
 
 POLL_SECONDS = 0.5
 

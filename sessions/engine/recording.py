@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sessions import observation as observing
+from sessions.engine import observation as observing
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ inside a user namespace, where it is root), and holds no capability at all:
   listens on the namespace's ``127.0.0.1:3128`` and forwards to ``proxy.sock`` in the workdir,
   where a relay on the host connects to the run's real proxy: path-named Unix sockets cross
   network namespaces, nothing else does. CDP comes in the other way, through the run's CDP gate
-  (``sessions.sandbox.cdp_gate``: a host loopback port that forwards only requests carrying the
-  run's secret) and ``cdp.sock`` to the browser's ``127.0.0.1:9222``.
+  (``sessions.engine.sandbox.cdp_gate``: a host loopback port that forwards only requests carrying
+  the run's secret) and ``cdp.sock`` to the browser's ``127.0.0.1:9222``.
 - Its mount namespace has fresh, empty tmpfs on ``/tmp``, ``/run`` and ``/dev/shm`` (the host's
   service sockets and shared memory live there), on the sandbox root (hiding every other run's
   directory and sockets) with only its own workdir bound back in, and on ``profile/``; and a
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from sessions.sandbox import cdp_gate
+from sessions.engine.sandbox import cdp_gate
 
 __all__ = [
     "INNER_CDP_PORT",

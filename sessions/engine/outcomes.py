@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from playwright.sync_api import BrowserContext, Page, Request, Response
 from playwright.sync_api import Error as PlaywrightError
 
-from sessions.proxy import PROXY_ANSWER_HEADER
+from sessions.engine.proxy import PROXY_ANSWER_HEADER
 
 # The visible refusal messages of a page and of its same-origin frames, outermost element first.
 REFUSALS_JS = r"""() => {

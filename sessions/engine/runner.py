@@ -30,9 +30,9 @@ from playwright.sync_api import Browser, BrowserContext, Download, Locator, Page
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from sessions import observation as observing
-from sessions.driver import Connection, connect_timeout_ms, with_browser
-from sessions.outcomes import (
+from sessions.engine import observation as observing
+from sessions.engine.driver import Connection, connect_timeout_ms, with_browser
+from sessions.engine.outcomes import (
     FailedResponse,
     ResponseWatch,
     answer_words,
@@ -231,7 +231,7 @@ class StepRecord:
     # runner's path, since the browser does not need to wait for Pillow.
     elements: tuple[observing.Element, ...] = ()
     # What the page showed, not yet built into ``observation`` and ``elements``: the writer does
-    # that (``sessions.recording.finish``), off the runner's path.
+    # that (``sessions.engine.recording.finish``), off the runner's path.
     pending: observing.Snapshot | None = None
     outputs: dict[str, Any] = field(default_factory=dict)
     artifacts: list[ArtifactFile] = field(default_factory=list)
@@ -1073,7 +1073,7 @@ class Runner:
     def _capture(self, record: StepRecord, *, touched_page: bool, watch: bool = True) -> None:
         """Take the step's evidence: only what must be read at this instant (the serialised
         page, the masks, the picture). The numbered observation is built later by the writer
-        (``sessions.recording.finish``), off the runner's path."""
+        (``sessions.engine.recording.finish``), off the runner's path."""
         try:
             page = self.page
             page.wait_for_load_state("domcontentloaded", timeout=self._scaled(5_000))

@@ -1,4 +1,4 @@
-// The page serialiser of sessions/observation.py (``take``), evaluated as one expression in the
+// The page serialiser of sessions/engine/observation.py (``take``), evaluated as one expression in the
 // page's isolated world; see the comment above ``_SERIALISE`` there.
 (() => {
   const INTERACTIVE = new Set(["button", "checkbox", "combobox", "link", "listbox", "menuitem",

@@ -1,13 +1,13 @@
 """The ``local`` backend: one system Chromium per run, in kernel namespaces where it can be.
 
 Where the worker is root or may make user namespaces (``namespaces.probe()``), the browser runs in
-network, mount, PID and IPC namespaces (see ``sessions.sandbox.namespaces``): the kernel lets it
-reach nothing but the run's proxy. Elsewhere it is isolated by a fresh profile, a private HOME
+network, mount, PID and IPC namespaces (see ``sessions.engine.sandbox.namespaces``): the kernel lets
+it reach nothing but the run's proxy. Elsewhere it is isolated by a fresh profile, a private HOME
 and a process group only, and the sandbox's ``details["isolation_warning"]`` says so; its only
 route out is then its ``--proxy-server`` flag. ``PANDAWEB_LOCAL_NAMESPACES`` (``auto``, ``on`` or
 ``off``) chooses. In namespaces the browser's CDP is reached only through the run's CDP gate
-(``sessions.sandbox.cdp_gate``), which forwards nothing without the run's secret; without them
-it listens on host loopback, open to every local process, and the warning says that too. The
+(``sessions.engine.sandbox.cdp_gate``), which forwards nothing without the run's secret; without
+them it listens on host loopback, open to every local process, and the warning says that too. The
 browser dies at its deadline even if the worker that started it is killed. The microVM backend
 adds a guest kernel.
 
@@ -34,8 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sessions.sandbox import cdp_gate, namespaces
-from sessions.sandbox._proc import (
+from sessions.engine.sandbox import cdp_gate, namespaces
+from sessions.engine.sandbox._proc import (
     DEADLINE_FILE,
     MARKER,
     PGID_FILE,
@@ -46,8 +46,8 @@ from sessions.sandbox._proc import (
     remove_workdir,
     stop_browser,
 )
-from sessions.sandbox.base import Sandbox, SandboxError, SandboxSpec, default_root
-from sessions.sandbox.workdirs import (
+from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec, default_root
+from sessions.engine.sandbox.workdirs import (
     WorkdirSandboxes,
     adopt,
     ensure_root,

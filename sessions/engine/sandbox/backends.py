@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sessions.sandbox.base import SandboxBackend, SandboxError
-from sessions.sandbox.local import LocalBackend
-from sessions.sandbox.microvm.backend import MicroVMBackend
-from sessions.sandbox.pandastack import PandaStackBackend
+from sessions.engine.sandbox.base import SandboxBackend, SandboxError
+from sessions.engine.sandbox.local import LocalBackend
+from sessions.engine.sandbox.microvm.backend import MicroVMBackend
+from sessions.engine.sandbox.pandastack import PandaStackBackend
 
 __all__ = ["get_backend", "register_backend"]
 

@@ -115,7 +115,7 @@ _KEY_DIR_CHARS = 16
 _LEFTOVER = re.compile(r"[0-9a-f]{16}\.(?:partial|old)-[0-9]+")
 _LZ4_LEGACY_MAGIC = b"\x02\x21\x4c\x18"
 _ELF_MAGIC = b"\x7fELF"
-_PROJECT_DIR = Path(__file__).resolve().parents[3]
+_PROJECT_DIR = Path(__file__).resolve().parents[4]
 
 # Runs as root inside a private mount namespace, so the chroot's /proc, /sys and /dev vanish
 # with the namespace however the build ends (even SIGKILL); a `finally: umount` would not run

@@ -3,13 +3,13 @@
 No Django imports. The runner takes a page's state with ``take`` (cheap, at the instant a step
 ends) and the run's writer builds the numbered ``Observation`` from it later, off the runner's path.
 
-Taking is one ``Runtime.evaluate`` of an in-page serialiser (``observation.js``) in the isolated world
-that also holds the page's change counter (``PageWatch``): it walks the DOM, open shadow roots and
-same-origin iframes in document order and returns, as one JSON string, a tree of the elements a
-person reads or acts on, with roles and names computed the way accessibility tools do, their
-states, values and boxes, the texts between them, and the values of password inputs. The page's
-own scripts cannot see that world. What it leaves out is said: the content of a cross-origin
-iframe is not walked, and the observation has a line saying so.
+Taking is one ``Runtime.evaluate`` of an in-page serialiser (``observation.js``) in the isolated
+world that also holds the page's change counter (``PageWatch``): it walks the DOM, open shadow roots
+and same-origin iframes in document order and returns, as one JSON string, a tree of the elements a
+person reads or acts on, with roles and names computed the way accessibility tools do, their states,
+values and boxes, the texts between them, and the values of password inputs. The page's own scripts
+cannot see that world. What it leaves out is said: the content of a cross-origin iframe is not
+walked, and the observation has a line saying so.
 
 We keep what a person could interact with, plus headings, landmarks, alerts/status messages and
 the text of table rows / list items that hold controls (so that twenty "Pay" buttons can be told
@@ -49,7 +49,7 @@ from PIL import Image, ImageDraw, ImageFont
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Locator, Page
 
-from sessions.screencast import mask_frame
+from sessions.engine.screencast import mask_frame
 
 MASK = "••••"
 NAME_LIMIT = 80

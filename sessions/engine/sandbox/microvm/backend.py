@@ -5,7 +5,7 @@ user networking): the only ways in or out are two loopback forwards (CDP and a c
 port) and one guest forward to ``10.0.2.100:3128``, which reaches the run's egress proxy
 through a relay on a Unix socket in the sandbox's directory. Where the worker is root, QEMU runs
 in a network namespace of its own, so its forwards are out of every other host process's reach,
-and the run's CDP gate (``sessions.sandbox.cdp_gate``, secret required) is the way in. Until
+and the run's CDP gate (``sessions.engine.sandbox.cdp_gate``, secret required) is the way in. Until
 the proxy relay is started the guest cannot reach anything at all, which is what lets a warm
 pool hold VMs before their run is known.
 
@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from sessions.sandbox import cdp_gate
-from sessions.sandbox._proc import (
+from sessions.engine.sandbox import cdp_gate
+from sessions.engine.sandbox._proc import (
     DEADLINE_FILE,
     MARKER,
     PGID_FILE,
@@ -50,10 +50,10 @@ from sessions.sandbox._proc import (
     remove_workdir,
     stop_browser,
 )
-from sessions.sandbox.base import Sandbox, SandboxError, SandboxSpec, default_root
-from sessions.sandbox.microvm import qmp
-from sessions.sandbox.microvm.image import GuestImage, find_image, image_root
-from sessions.sandbox.workdirs import (
+from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec, default_root
+from sessions.engine.sandbox.microvm import qmp
+from sessions.engine.sandbox.microvm.image import GuestImage, find_image, image_root
+from sessions.engine.sandbox.workdirs import (
     WorkdirSandboxes,
     adopt,
     ensure_root,
@@ -65,7 +65,7 @@ __all__ = ["Accelerator", "MicroVMBackend", "choose_accelerator"]
 
 logger = logging.getLogger(__name__)
 
-_PROJECT_ROOT = Path(__file__).resolve().parents[3]
+_PROJECT_ROOT = Path(__file__).resolve().parents[4]
 
 QEMU = "qemu-system-x86_64"
 GUEST_CDP_PORT = 9223

@@ -22,7 +22,7 @@ tunnels (in the worker)
     The worker keeps a few WebSocket-upgraded connections open *into* the gate; when Chromium
     opens a proxy connection to the gate's loopback port, the gate hands it to one of them and
     the worker connects it to ``spec.proxy_url``. Chromium is given the same routing flags as in
-    the other backends (``sessions.proxy.chromium_proxy_args``), aimed at the gate, so every
+    the other backends (``sessions.engine.proxy.chromium_proxy_args``), aimed at the gate, so every
     request is still judged and recorded by the run's ``EgressProxy``.
 
 What this backend cannot do, and says so in ``details["isolation_warning"]``: the microVM has
@@ -65,9 +65,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from sessions.sandbox import cdp_gate
-from sessions.sandbox.base import Sandbox, SandboxError, SandboxSpec
-from sessions.sandbox.workdirs import json_version
+from sessions.engine.sandbox import cdp_gate
+from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from sessions.engine.sandbox.workdirs import json_version
 
 __all__ = ["PandaStackBackend"]
 
@@ -110,7 +110,7 @@ _HOP_HEADERS = frozenset(
 # nothing is known about the template's Python beyond ``python3``.
 
 _GATE_SOURCE = r'''
-"""pandaweb gate (written by the pandaweb worker; see sessions/sandbox/pandastack.py)."""
+"""pandaweb gate (written by the pandaweb worker; see sessions/engine/sandbox/pandastack.py)."""
 import base64, hashlib, hmac, json, os, queue, shutil, signal, socket, subprocess, sys
 import threading, time
 
@@ -1047,7 +1047,7 @@ class PandaStackBackend:
 
     def _guest_args(self, spec: SandboxSpec) -> list[str]:
         from pandaweb.browser import HEADLESS_ARGS
-        from sessions.proxy import chromium_proxy_args
+        from sessions.engine.proxy import chromium_proxy_args
 
         scheme = urlsplit(spec.proxy_url).scheme
         width, height = spec.window_size

@@ -1,4 +1,4 @@
-"""A run's egress supervisor: ``python -m sessions.sandbox.egress --dir <dir>`` (no Django).
+"""A run's egress supervisor: ``python -m sessions.engine.sandbox.egress --dir <dir>`` (no Django).
 
 The run's ``EgressProxy`` runs here, in a detached process of its own session, not in the worker
 that started the browser: a worker may be restarted (a deploy) or killed while the run waits for
@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sessions.sandbox._proc import atomic_write, mentions, read_deadline, strays
+from sessions.engine.sandbox._proc import atomic_write, mentions, read_deadline, strays
 
 POLICY_FILE = "policy.json"
 DEADLINE_FILE = "deadline"
@@ -44,7 +44,7 @@ SPOOL_FILE = "denials.jsonl"
 LOG_FILE = "egress.log"
 
 POLL_SECONDS = 0.25
-_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 
 class EgressError(Exception):
@@ -143,7 +143,7 @@ def start(
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     with open(directory / LOG_FILE, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sessions.sandbox.egress", "--dir", str(directory)],
+            [sys.executable, "-m", "sessions.engine.sandbox.egress", "--dir", str(directory)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -220,7 +220,7 @@ def _should_exit(directory: Path) -> str | None:
 
 
 def serve(directory: Path) -> str:
-    from sessions.proxy import EgressPolicy, EgressProxy
+    from sessions.engine.proxy import EgressPolicy, EgressProxy
 
     policy = json.loads((directory / POLICY_FILE).read_text())
     spool = _Spool(directory / SPOOL_FILE)
