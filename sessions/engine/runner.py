@@ -31,36 +31,39 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from sessions.engine import observation as observing
+from sessions.engine import steps
 from sessions.engine.driver import Connection, connect_timeout_ms, with_browser
 from sessions.engine.outcomes import (
     FailedResponse,
     ResponseWatch,
-    answer_words,
-    proxy_answer,
     visible_refusals,
+)
+from sessions.engine.steps.base import (
+    MASK,
+    PUBLIC_CREDENTIAL_FIELDS,
+    ArtifactFile,
+    Refused,
+    StepFailed,
+    StepRecord,
 )
 from workflows.schema import (
     STEP_ADAPTER,
     AskStep,
     AssertStep,
-    CheckStep,
     ClickStep,
     CompareCheck,
     CountCheck,
-    DownloadStep,
     Expect,
     ExtractField,
     ExtractStep,
     FillStep,
     GotoStep,
     LoginStep,
-    PressStep,
     ScreenshotStep,
     SelectStep,
     StepBase,
     Target,
     TextCheck,
-    UncheckStep,
     UrlCheck,
     WaitForStep,
     WaitStep,
@@ -69,7 +72,6 @@ from workflows.schema import (
     references,
 )
 
-MASK = "••••"
 SCREENSHOT_QUALITY = 85
 PAGE_TEXT_LIMIT = 10_000
 # Who the target of a gated action is, beyond its accessible name: compared before acting.
@@ -81,8 +83,6 @@ _TARGET_IDENTITY = """e => ({
   text: (e.innerText || e.value || '').trim().slice(0, 200),
   form_action: e.form ? (e.form.getAttribute('action') || '') : '',
 })"""
-# Credential fields that are not secret: shown where they are typed, never masked.
-PUBLIC_CREDENTIAL_FIELDS = frozenset({"username"})
 # A reference in a workflow's text, as people wrote it: ``{{ params.invoice }}``.
 _REFERENCE = re.compile(
     r"\{\{\s*(params|secrets|outputs)\.([a-z][a-z0-9_-]*)(?:\.([a-z_]+))?\s*\}\}"
@@ -158,13 +158,6 @@ _ERROR_PAGE_WORDS = """() => {
   const words = [clean(h.innerText), next ? clean(next.innerText) : ''];
   return words.filter(Boolean).join(': ').slice(0, 400);
 }"""
-# How Chromium reports a connection the egress proxy cut (plain HTTP, then a CONNECT tunnel).
-_CONNECTION_CUT = (
-    "ERR_CONNECTION_RESET",
-    "ERR_EMPTY_RESPONSE",
-    "ERR_TUNNEL_CONNECTION_FAILED",
-    "ERR_PROXY_CONNECTION_FAILED",
-)
 # Steps that look at the page without sending it any input.
 READ_ONLY_STEPS = (WaitForStep, WaitStep, ExtractStep, AssertStep, ScreenshotStep)
 READ_ONLY_TYPES = frozenset({"wait_for", "wait", "extract", "assert", "screenshot"})
@@ -173,14 +166,6 @@ STALE_SESSION = "session template is stale — re-bake"
 # A blank page served in place of an origin while its local storage is restored: nothing of the
 # restore reaches the portal.
 _BLANK = "<!doctype html><title>restoring</title>"
-
-
-class StepFailed(Exception):
-    """A step could not do what it says; the message is for people."""
-
-
-class Refused(StepFailed):
-    """The portal said no, in the words it showed (or the HTTP status it answered)."""
 
 
 class Unconfirmed(StepFailed):
@@ -200,41 +185,6 @@ class Unanswered(StepFailed):
     """The step's submission got no answer from the portal (the connection closed, the egress
     proxy answered for it, the browser gave up) or a server error: it may or may not have been
     done, and the portal did not say no."""
-
-
-@dataclass(frozen=True)
-class ArtifactFile:
-    name: str
-    filename: str
-    path: Path
-    sha256: str
-    size: int
-
-
-@dataclass
-class StepRecord:
-    index: int
-    step_id: str
-    step_type: str
-    sentence: str
-    status: Literal["succeeded", "failed", "blocked"]
-    started_at: datetime
-    duration_ms: int
-    url: str = ""
-    title: str = ""
-    error: str = ""
-    observation: dict[str, Any] | None = None
-    observation_chars: int = 0
-    observation_tokens: int = 0
-    screenshot: bytes | None = None  # JPEG
-    # What the numbered overlay is drawn from; the sink draws it (and the thumbnail) off the
-    # runner's path, since the browser does not need to wait for Pillow.
-    elements: tuple[observing.Element, ...] = ()
-    # What the page showed, not yet built into ``observation`` and ``elements``: the writer does
-    # that (``sessions.engine.recording.finish``), off the runner's path.
-    pending: observing.Snapshot | None = None
-    outputs: dict[str, Any] = field(default_factory=dict)
-    artifacts: list[ArtifactFile] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -442,7 +392,7 @@ class Runner:
         self._pages: list[Page] = []
         self._notes: list[str] = []
         # What this run typed into which field (secrets masked), for the approval evidence.
-        self._filled: list[dict[str, Any]] = list((plan.approved_evidence or {}).get("filled", []))
+        self.filled: list[dict[str, Any]] = list((plan.approved_evidence or {}).get("filled", []))
         # The last step's evidence, to reuse when a read-only step finds the page unchanged.
         self._last_capture: _Seen | None = None
         self._watches: dict[int, observing.PageWatch] = {}
@@ -459,7 +409,7 @@ class Runner:
         # One-time codes people answered, by output name: typed into fields, masked everywhere,
         # and gone with this runner (never in ``outputs``, which are stored).
         self._codes: dict[str, str] = {}
-        self._code_names = {
+        self.code_names = {
             step["save_as"]
             for step in plan.steps
             if step.get("type") == "ask" and step.get("answer") == "code"
@@ -528,7 +478,7 @@ class Runner:
         if response is not None and response.status >= 500:
             raise StepFailed(f"the logged-in check: {page.url} answered HTTP {response.status}")
         try:
-            self._locate(page, target, strict=False).first.wait_for(
+            self.locate(page, target, strict=False).first.wait_for(
                 state="visible", timeout=self._scaled(5_000)
             )
         except PlaywrightTimeout:
@@ -581,7 +531,7 @@ class Runner:
                 try:
                     gate = self._gate(index, step)
                 except (StepFailed, PlaywrightError) as exc:
-                    reason = self._words(_first_line(str(exc)))
+                    reason = self.words(_first_line(str(exc)))
                     return self._outcome(
                         "failed",
                         f"could not gather the approval evidence for step {index + 1}: {reason}",
@@ -678,7 +628,7 @@ class Runner:
         return Question(
             step_index=index,
             step_id=step.id,
-            text=self._words(step.question),
+            text=self.words(step.question),
             answer=step.answer,
             options=tuple(step.options),
             save_as=step.save_as,
@@ -694,7 +644,7 @@ class Runner:
             index=index,
             step_id=step.id,
             step_type=step.type,
-            sentence=self._words(f"{describe_step(step)} — answered by {answer.answerer}"),
+            sentence=self.words(f"{describe_step(step)} — answered by {answer.answerer}"),
             status="succeeded",
             started_at=datetime.now(UTC),
             duration_ms=0,
@@ -739,7 +689,7 @@ class Runner:
         target: dict[str, Any] | None = None
         targets = step.targets()
         if targets:
-            located = self._locate(page, targets[0])
+            located = self.locate(page, targets[0])
             # One round trip for every match: a strict locator's evaluate first waits for its
             # element through several more.
             found = located.evaluate_all(f"elements => elements.map({_TARGET_IDENTITY})")
@@ -750,19 +700,19 @@ class Runner:
             else:
                 return None
             target = {
-                "description": self._words(targets[0].describe()),
+                "description": self.words(targets[0].describe()),
                 **{key: self._scrub(str(value)) for key, value in identity.items()},
             }
         text = page.evaluate("() => document.body ? document.body.innerText : ''")
         url = self._scrub(page.url)
         filled = []
-        for entry in self._filled:
+        for entry in self.filled:
             entry = dict(entry)
             entry.pop("on_page", None)
             if entry["url"] == page.url and not entry["secret"]:
                 # A form posted to its own address leaves the URL as it was: the field may be
                 # gone, which is no reason to wait for it.
-                field = self._locate(page, Target.model_validate(entry["target"]), strict=False)
+                field = self.locate(page, Target.model_validate(entry["target"]), strict=False)
                 try:
                     entry["on_page"] = (
                         field.first.input_value(timeout=self._scaled(1_000))
@@ -786,7 +736,7 @@ class Runner:
         seen = observing.capture(page, secret_values=self.secret_values)
         targets = step.targets()
         if compared["target"] is not None:
-            located = self._locate(page, targets[0])
+            located = self.locate(page, targets[0])
             compared["target"]["box"] = located.bounding_box(timeout=self._scaled(5_000))
         # Lossless: this picture is what a person signs off on.
         screenshot = page.screenshot(
@@ -796,7 +746,7 @@ class Runner:
             "step_index": index,
             "step_id": step.id,
             **compared,
-            "action": self._words(
+            "action": self.words(
                 f"{describe_step(step).removesuffix(' — irreversible')} on {compared['url']}"
             ),
             # What the runner waits for before calling the action done (and what it does with a
@@ -849,7 +799,7 @@ class Runner:
         try:
             if plan is not None and plan.dialog == "accept":
                 if dialog.type == "prompt":
-                    text = self._text(plan.prompt_text) if plan.prompt_text is not None else None
+                    text = self.text(plan.prompt_text) if plan.prompt_text is not None else None
                     dialog.accept(text if text is not None else dialog.default_value)
                 else:
                     dialog.accept()
@@ -880,7 +830,7 @@ class Runner:
             index=index,
             step_id=step.id,
             step_type=step.type,  # type: ignore[attr-defined]
-            sentence=self._words(describe_step(step)),
+            sentence=self.words(describe_step(step)),
             status="succeeded",
             started_at=started,
             duration_ms=0,
@@ -918,7 +868,7 @@ class Runner:
         if self._notes:
             note = "; ".join(self._notes)
             record.error = f"{record.error} ({note})" if record.error else note
-        record.error = self._words(record.error)
+        record.error = self.words(record.error)
         following = self.plan.steps[index + 1 : index + 2]
         self._capture(
             record,
@@ -1008,11 +958,11 @@ class Runner:
     def _outcome_seen(self, page: Page, expect: Expect) -> bool:
         try:
             if expect.url is not None:
-                return _glob_match(page.url, self._text(expect.url))
+                return _glob_match(page.url, self.text(expect.url))
             if expect.text is not None:
-                return page.get_by_text(self._text(expect.text)).first.is_visible()
+                return page.get_by_text(self.text(expect.text)).first.is_visible()
             assert expect.target is not None
-            return self._locate(page, expect.target, strict=False).first.is_visible()
+            return self.locate(page, expect.target, strict=False).first.is_visible()
         except PlaywrightError:
             return False  # the page is between documents: look again
 
@@ -1045,9 +995,9 @@ class Runner:
         """The expected outcome with this run's values in it."""
         try:
             if expect.text is not None:
-                return f"the page shows '{self._text(expect.text)}'"
+                return f"the page shows '{self.text(expect.text)}'"
             if expect.url is not None:
-                return f"the address matches {self._text(expect.url)}"
+                return f"the address matches {self.text(expect.url)}"
         except StepFailed:
             pass
         return expect.describe()
@@ -1134,7 +1084,7 @@ class Runner:
             watcher = self._watches[id(page)] = observing.PageWatch(page)
         return watcher
 
-    def _masks(self, page: Page) -> list[Locator]:
+    def masks(self, page: Page) -> list[Locator]:
         """What to hide in a picture of ``page`` now: the last evidence's masks when the page has
         not changed since it was taken, else those of a fresh look."""
         watcher = self._watcher(page)
@@ -1151,133 +1101,21 @@ class Runner:
     # Actions -------------------------------------------------------------------------------
 
     def _act(self, step: StepBase, record: StepRecord, timeout: float) -> None:
-        act = _ACTIONS.get(type(step))
+        act = steps.ACTIONS.get(type(step))
         if act is None:  # pragma: no cover - the schema has no other step types
             raise StepFailed(f"unknown step type {type(step).__name__}")
         act(self, step, record, timeout)
 
-    def _act_goto(self, step: GotoStep, record: StepRecord, timeout: float) -> None:
-        page = self.page
-        url = self._text(step.url)
-        try:
-            response = page.goto(url, wait_until="load", timeout=timeout)
-        except PlaywrightError as exc:
-            if any(code in str(exc) for code in _CONNECTION_CUT):
-                # The egress proxy cuts refused connections like a network failure, so the
-                # page cannot tell; the run's refusals list says which host and why.
-                raise StepFailed(
-                    f"{url} could not be reached: the connection was cut (a host outside the "
-                    "workflow's allowed hosts is refused; the run page lists each refusal)"
-                ) from None
-            raise
-        if response is not None and proxy_answer(response):
-            words = answer_words(response)
-            raise StepFailed(
-                f"{url} could not be reached: the egress proxy answered HTTP "
-                f"{response.status}" + (f": {words}" if words else "")
-            )
-        if response is not None and response.status >= 400:
-            raise StepFailed(f"{page.url} answered HTTP {response.status}")
-
-    def _act_click(self, step: ClickStep, record: StepRecord, timeout: float) -> None:
-        self._locate(self.page, step.target).click(timeout=timeout)
-        self._settle(self.page)
-
-    def _act_fill(self, step: FillStep, record: StepRecord, timeout: float) -> None:
-        page = self.page
-        value = self._text(step.value, secrets=True)
-        self._locate(page, step.target).fill(value, timeout=timeout)
-        secret = any(
-            (ns == "secrets" and sub not in PUBLIC_CREDENTIAL_FIELDS)
-            or (ns == "outputs" and name in self._code_names)
-            for ns, name, sub in references(step.value)
-        )
-        self._filled.append(
-            {
-                "step_id": step.id,
-                "field": self._words(step.target.describe()),
-                "target": step.target.model_dump(exclude_defaults=True),
-                "url": page.url,
-                "value": MASK if secret else value,
-                "secret": secret,
-            }
-        )
-
-    def _act_select(self, step: SelectStep, record: StepRecord, timeout: float) -> None:
-        self._select(self.page, step, timeout)
-
-    def _act_check(self, step: CheckStep, record: StepRecord, timeout: float) -> None:
-        self._locate(self.page, step.target).check(timeout=timeout)
-
-    def _act_uncheck(self, step: UncheckStep, record: StepRecord, timeout: float) -> None:
-        self._locate(self.page, step.target).uncheck(timeout=timeout)
-
-    def _act_press(self, step: PressStep, record: StepRecord, timeout: float) -> None:
-        if step.target is not None:
-            self._locate(self.page, step.target).press(step.key, timeout=timeout)
-        else:
-            self.page.keyboard.press(step.key)
-        self._settle(self.page)
-
-    def _act_wait_for(self, step: WaitForStep, record: StepRecord, timeout: float) -> None:
-        self._wait(self.page, step, timeout)
-
-    def _act_wait(self, step: WaitStep, record: StepRecord, timeout: float) -> None:
-        # Real seconds, not scaled: the pause is for the portal, whose clock is not emulated.
-        # Never past the run's time limit; the loop then reports the expiry.
-        remaining_ms = (self.plan.deadline - time.time()) * 1000
-        self.page.wait_for_timeout(max(0.0, min(step.seconds * 1000, remaining_ms)))
-
-    def _act_extract(self, step: ExtractStep, record: StepRecord, timeout: float) -> None:
-        for extract in step.fields:
-            value = self._extract(self.page, extract, timeout)
-            self.outputs[extract.name] = value
-            record.outputs[extract.name] = value
-
-    def _act_assert(self, step: AssertStep, record: StepRecord, timeout: float) -> None:
-        failures = [f for f in (self._check(self.page, c) for c in step.checks) if f]
-        if failures:
-            raise StepFailed("; ".join(failures))
-
-    def _act_screenshot(self, step: ScreenshotStep, record: StepRecord, timeout: float) -> None:
-        page = self.page
-        png = page.screenshot(
-            type="png",
-            full_page=step.full_page,
-            mask=self._masks(page) or None,
-            timeout=timeout,
-        )
-        record.artifacts.append(self._save(step.name, f"{step.name}.png", png))
-        self.outputs[step.name] = f"{step.name}.png"
-
-    def _act_download(self, step: DownloadStep, record: StepRecord, timeout: float) -> None:
-        page = self.page
-        with page.expect_download(timeout=timeout) as download_info:
-            self._locate(page, step.target).click(timeout=timeout)
-        artifact = self._save_download(step.name, download_info.value)
-        record.artifacts.append(artifact)
-        self.outputs[step.name] = artifact.filename
-
-    def _act_login(self, step: LoginStep, record: StepRecord, timeout: float) -> None:
-        page = self.page
-        fields = self.plan.secrets.get(step.credential)
-        if not fields or "username" not in fields or "password" not in fields:
-            raise StepFailed(f"credential '{step.credential}' is not available to this run")
-        self._locate(page, step.username).fill(fields["username"], timeout=timeout)
-        self._locate(page, step.password).fill(fields["password"], timeout=timeout)
-        self._locate(page, step.submit).click(timeout=timeout)
-        self._settle(page)
-
-    def _settle(self, page: Page) -> None:
+    def settle(self, page: Page) -> None:
         # A click may navigate or open a tab; let the new document load before observing it.
         try:
             self.page.wait_for_load_state("load", timeout=self._scaled(10_000))
         except PlaywrightError:
             return
 
-    def _select(self, page: Page, step: SelectStep, timeout: float) -> None:
-        element = self._locate(page, step.target)
-        option = self._text(step.option)
+    def choose(self, page: Page, step: SelectStep, timeout: float) -> None:
+        element = self.locate(page, step.target)
+        option = self.text(step.option)
         tag = element.evaluate("e => e.tagName", timeout=timeout)
         if str(tag).lower() == "select":
             element.select_option(label=option, timeout=timeout)
@@ -1289,7 +1127,7 @@ class Runner:
             raise StepFailed(f"the dropdown {step.target.describe()} has no option '{option}'")
         choice.first.click(timeout=timeout)
 
-    def _wait(self, page: Page, step: WaitForStep, timeout: float) -> None:
+    def wait_for(self, page: Page, step: WaitForStep, timeout: float) -> None:
         if step.network_idle:
             page.wait_for_load_state("networkidle", timeout=timeout)
             return
@@ -1310,18 +1148,18 @@ class Runner:
                 f"waiting for {step.target.describe()} to be {step.state}: timed out"
             )
         if step.url is not None:
-            pattern = self._text(step.url)
+            pattern = self.text(step.url)
             raise StepFailed(f"the address did not come to match {pattern} (it is {page.url})")
-        raise StepFailed(f"the page did not show '{self._text(str(step.text))}' on {page.url}")
+        raise StepFailed(f"the page did not show '{self.text(str(step.text))}' on {page.url}")
 
     def _waited(self, page: Page, step: WaitForStep) -> bool:
         try:
             if step.target is not None:
-                visible = self._locate(page, step.target).first.is_visible()
+                visible = self.locate(page, step.target).first.is_visible()
                 return visible == (step.state == "visible")
             if step.url is not None:
-                return _glob_match(page.url, self._text(step.url))
-            return page.get_by_text(self._text(str(step.text))).first.is_visible()
+                return _glob_match(page.url, self.text(step.url))
+            return page.get_by_text(self.text(str(step.text))).first.is_visible()
         except PlaywrightTimeout:
             return False
         except PlaywrightError as exc:
@@ -1329,15 +1167,15 @@ class Runner:
                 return False  # between two documents: look again
             raise
 
-    def _extract(self, page: Page, extract: ExtractField, timeout: float) -> Any:
+    def extract_field(self, page: Page, extract: ExtractField, timeout: float) -> Any:
         # A rows target matches every row: many matches are the point, not an ambiguity.
-        element = self._locate(page, extract.target, strict=extract.kind != "rows")
+        element = self.locate(page, extract.target, strict=extract.kind != "rows")
         if extract.kind == "rows":
             rows = []
             for row in element.all():
                 rows.append(
                     {
-                        name: _clean(self._locate(row, target).first.inner_text(timeout=timeout))
+                        name: _clean(self.locate(row, target).first.inner_text(timeout=timeout))
                         for name, target in (extract.columns or {}).items()
                     }
                 )
@@ -1356,7 +1194,7 @@ class Runner:
             return str(_parse_number(text, extract.name))
         return _parse_date(text, extract.date_format, extract.name)
 
-    def _check(self, page: Page, check: Any) -> str | None:
+    def check_outcome(self, page: Page, check: Any) -> str | None:
         if isinstance(check, TextCheck):
             present = page.get_by_text(check.text).count() > 0
             if check.kind == "text_present" and not present:
@@ -1369,7 +1207,7 @@ class Runner:
                 return f"the address {page.url} does not match {check.pattern}"
             return None
         if isinstance(check, CountCheck):
-            count = self._locate(page, check.target, strict=False).count()
+            count = self.locate(page, check.target, strict=False).count()
             if not _compare(count, check.op, check.count):
                 return (
                     f"found {count} of {check.target.describe()}, expected {check.op} {check.count}"
@@ -1393,19 +1231,19 @@ class Runner:
 
     # Targets, text and files -----------------------------------------------------------------
 
-    def _locate(self, scope: Page | Locator, target: Target, *, strict: bool = True) -> Locator:
+    def locate(self, scope: Page | Locator, target: Target, *, strict: bool = True) -> Locator:
         base: Any = scope
         for frame in target.frame:
             base = base.frame_locator(frame)
         if target.role:
-            name = self._text(target.name) if target.name else None
+            name = self.text(target.name) if target.name else None
             locator = base.get_by_role(target.role, name=name, exact=target.exact)
         elif target.label:
-            locator = base.get_by_label(self._text(target.label), exact=target.exact)
+            locator = base.get_by_label(self.text(target.label), exact=target.exact)
         elif target.placeholder:
-            locator = base.get_by_placeholder(self._text(target.placeholder), exact=target.exact)
+            locator = base.get_by_placeholder(self.text(target.placeholder), exact=target.exact)
         elif target.text:
-            locator = base.get_by_text(self._text(target.text), exact=target.exact)
+            locator = base.get_by_text(self.text(target.text), exact=target.exact)
         elif target.test_id:
             locator = base.get_by_test_id(target.test_id)
         else:
@@ -1428,7 +1266,7 @@ class Runner:
         acts = not isinstance(step, READ_ONLY_STEPS)
         for target in step.targets():
             try:
-                locator = self._locate(self.page, target, strict=False)
+                locator = self.locate(self.page, target, strict=False)
                 if locator.count() == 0:
                     return f"no {_noun(target)} on {self.page.url}"
                 if not acts:
@@ -1463,11 +1301,11 @@ class Runner:
         article = "an" if kind[:1] in "aeiou" else "a"
         return f"{article} {kind} '{name}'" if name else f"{article} {kind}"
 
-    def _text(self, template: str, *, secrets: bool = False) -> str:
+    def text(self, template: str, *, secrets: bool = False) -> str:
         def value(namespace: str, name: str, sub: str | None) -> str:
             if namespace == "params":
                 return _plain(self.plan.inputs.get(name, ""))
-            if namespace == "outputs" and name in self._code_names:
+            if namespace == "outputs" and name in self.code_names:
                 if not secrets:
                     raise StepFailed(f"the one-time code '{name}' may only be typed into a field")
                 if name not in self._codes:
@@ -1500,7 +1338,7 @@ class Runner:
             self.secret_values = sorted([*self.secret_values, value], key=len, reverse=True)
         return value
 
-    def _words(self, text: str) -> str:
+    def words(self, text: str) -> str:
         """``text`` for people: references filled in with this run's values, as they were typed
         ("no link named 'INV-1040'"), secrets masked. A reference with no value yet stays."""
 
@@ -1508,7 +1346,7 @@ class Runner:
             namespace, name = match.group(1), match.group(2)
             if namespace == "params" and name in self.plan.inputs:
                 return _plain(self.plan.inputs[name])
-            if namespace == "outputs" and name in self._code_names:
+            if namespace == "outputs" and name in self.code_names:
                 return MASK
             if namespace == "outputs" and name in self.outputs:
                 return _plain(self.outputs[name])
@@ -1523,7 +1361,7 @@ class Runner:
             text = text.replace(secret, MASK)
         return text
 
-    def _save(self, name: str, filename: str, content: bytes) -> ArtifactFile:
+    def save_file(self, name: str, filename: str, content: bytes) -> ArtifactFile:
         directory = self.plan.artifacts_dir
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / _safe_filename(filename)
@@ -1536,7 +1374,7 @@ class Runner:
             size=len(content),
         )
 
-    def _save_download(self, name: str, download: Download) -> ArtifactFile:
+    def save_download(self, name: str, download: Download) -> ArtifactFile:
         directory = self.plan.artifacts_dir
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / _safe_filename(download.suggested_filename or name)
@@ -1561,25 +1399,6 @@ class Runner:
             sha256=digest.hexdigest(),
             size=path.stat().st_size,
         )
-
-
-# What each step kind does on the page (the schema's step classes, one handler each).
-_ACTIONS: dict[type[StepBase], Callable[[Runner, Any, StepRecord, float], None]] = {
-    GotoStep: Runner._act_goto,
-    ClickStep: Runner._act_click,
-    FillStep: Runner._act_fill,
-    SelectStep: Runner._act_select,
-    CheckStep: Runner._act_check,
-    UncheckStep: Runner._act_uncheck,
-    PressStep: Runner._act_press,
-    WaitForStep: Runner._act_wait_for,
-    WaitStep: Runner._act_wait,
-    ExtractStep: Runner._act_extract,
-    AssertStep: Runner._act_assert,
-    ScreenshotStep: Runner._act_screenshot,
-    DownloadStep: Runner._act_download,
-    LoginStep: Runner._act_login,
-}
 
 
 def _load_storage_state(context: BrowserContext, state: dict[str, Any]) -> None:

@@ -44,9 +44,9 @@ def runner(tmp_path: Path) -> Runner:
 
 def test_a_download_left_in_the_guest_fails_the_step_in_plain_words(tmp_path: Path) -> None:
     with pytest.raises(StepFailed, match="keeps downloads inside the VM"):
-        runner(tmp_path)._save_download("invoice_csv", GuestDownload())  # type: ignore[arg-type]
+        runner(tmp_path).save_download("invoice_csv", GuestDownload())  # type: ignore[arg-type]
 
 
 def test_other_download_errors_stay_what_they_are(tmp_path: Path) -> None:
     with pytest.raises(PlaywrightError, match="has been closed"):
-        runner(tmp_path)._save_download("invoice_csv", BrokenDownload())  # type: ignore[arg-type]
+        runner(tmp_path).save_download("invoice_csv", BrokenDownload())  # type: ignore[arg-type]
