@@ -258,6 +258,10 @@ class StepBase(Strict):
         """:meth:`templates` and those of the expected outcome."""
         return self.templates() + (self.expect.templates() if self.expect else [])
 
+    def sentence(self) -> str:
+        """What the step does, in one sentence a person reads (each kind says its own)."""
+        return self.id
+
 
 class GotoStep(StepBase):
     type: Literal["goto"]
@@ -266,6 +270,9 @@ class GotoStep(StepBase):
 
     def templates(self) -> list[tuple[str, str]]:
         return [("url", self.url)]
+
+    def sentence(self) -> str:
+        return f"Go to {self.url}"
 
 
 class ClickStep(StepBase):
@@ -288,6 +295,11 @@ class ClickStep(StepBase):
     def templates(self) -> list[tuple[str, str]]:
         return [("prompt_text", self.prompt_text)] if self.prompt_text is not None else []
 
+    def sentence(self) -> str:
+        if self.dialog is not None:
+            return f"Click {self.target.describe()} and {self.dialog} the dialog it opens"
+        return f"Click {self.target.describe()}"
+
 
 class FillStep(StepBase):
     type: Literal["fill"]
@@ -297,6 +309,9 @@ class FillStep(StepBase):
 
     def templates(self) -> list[tuple[str, str]]:
         return [("value", self.value)]
+
+    def sentence(self) -> str:
+        return f"Fill {self.target.describe()} with {_fill_value(self.value)}"
 
 
 class SelectStep(StepBase):
@@ -308,17 +323,26 @@ class SelectStep(StepBase):
     def templates(self) -> list[tuple[str, str]]:
         return [("option", self.option)]
 
+    def sentence(self) -> str:
+        return f"Choose '{self.option}' in {self.target.describe()}"
+
 
 class CheckStep(StepBase):
     type: Literal["check"]
     label: ClassVar[str] = "Tick"
     target: Target
 
+    def sentence(self) -> str:
+        return f"Tick {self.target.describe()}"
+
 
 class UncheckStep(StepBase):
     type: Literal["uncheck"]
     label: ClassVar[str] = "Untick"
     target: Target
+
+    def sentence(self) -> str:
+        return f"Untick {self.target.describe()}"
 
 
 class PressStep(StepBase):
@@ -335,6 +359,10 @@ class PressStep(StepBase):
                 f"'{key}' is not a key name (examples: Enter, Tab, Escape, ArrowDown, Control+A)"
             )
         return key
+
+    def sentence(self) -> str:
+        where = f" in {self.target.describe()}" if self.target else ""
+        return f"Press {self.key}{where}"
 
 
 class WaitForStep(StepBase):
@@ -367,9 +395,19 @@ class WaitForStep(StepBase):
     def templates(self) -> list[tuple[str, str]]:
         return [(name, value) for name, value in (("url", self.url), ("text", self.text)) if value]
 
+    # A fixed pause is for portals that need time nothing on the page shows (a rate limit, a
+    # back-end job); anything longer than this should wait for what the page shows instead.
 
-# A fixed pause is for portals that need time nothing on the page shows (a rate limit, a
-# back-end job); anything longer than this should wait for what the page shows instead.
+    def sentence(self) -> str:
+        if self.target is not None:
+            return f"Wait until {self.target.describe()} is {self.state}"
+        if self.url is not None:
+            return f"Wait until the address matches {self.url}"
+        if self.text is not None:
+            return f"Wait until the page shows '{self.text}'"
+        return "Wait until the network is idle"
+
+
 WAIT_LIMIT_SECONDS = 60
 
 
@@ -387,6 +425,9 @@ class WaitStep(StepBase):
                 f"{seconds:g}); to wait longer, wait_for what the page shows when it is ready"
             )
         return seconds
+
+    def sentence(self) -> str:
+        return f"Wait {self.seconds:g} second{'' if self.seconds == 1 else 's'}"
 
 
 class ExtractField(Strict):
@@ -418,6 +459,10 @@ class ExtractStep(StepBase):
 
     def targets(self) -> list[Target]:
         return [f.target for f in self.fields]
+
+    def sentence(self) -> str:
+        names = ", ".join(f"{f.name} ({f.kind})" for f in self.fields)
+        return f"Extract {names}"
 
 
 CompareOp = Literal["==", "!=", "<", "<=", ">", ">=", "contains"]
@@ -464,6 +509,9 @@ class AssertStep(StepBase):
     def targets(self) -> list[Target]:
         return [c.target for c in self.checks if isinstance(c, CountCheck)]
 
+    def sentence(self) -> str:
+        return "Check that " + "; ".join(_check_sentence(c) for c in self.checks)
+
 
 class ScreenshotStep(StepBase):
     type: Literal["screenshot"]
@@ -472,6 +520,9 @@ class ScreenshotStep(StepBase):
     name: str = Field(pattern=IDENTIFIER)
     full_page: bool = False
 
+    def sentence(self) -> str:
+        return f"Take a screenshot '{self.name}'"
+
 
 class DownloadStep(StepBase):
     type: Literal["download"]
@@ -479,6 +530,9 @@ class DownloadStep(StepBase):
     in_session: ClassVar[bool] = False
     target: Target
     name: str = Field(pattern=IDENTIFIER)
+
+    def sentence(self) -> str:
+        return f"Download '{self.name}' by clicking {self.target.describe()}"
 
 
 class LoginStep(StepBase):
@@ -489,8 +543,12 @@ class LoginStep(StepBase):
     password: Target
     submit: Target
 
+    # Who may answer an ``ask`` step: the person who launched the run, or a group's members.
 
-# Who may answer an ``ask`` step: the person who launched the run, or a group's members.
+    def sentence(self) -> str:
+        return f"Log in with credential '{self.credential}', then click {self.submit.describe()}"
+
+
 ASK_LAUNCHER = "launcher"
 # What a one-time code may look like: SMS, e-mail and authenticator codes, with the dashes and
 # spaces people copy along (they are removed before the code is typed).
@@ -531,6 +589,9 @@ class AskStep(StepBase):
 
     def templates(self) -> list[tuple[str, str]]:
         return [("question", self.question)]
+
+    def sentence(self) -> str:
+        return f"Ask {ask_audience(self.answered_by)}: '{self.question}'"
 
 
 Step = Annotated[
@@ -1260,54 +1321,10 @@ def irreversible_warnings(steps: list[StepBase]) -> list[Problem]:
 
 def describe_step(step: StepBase) -> str:
     """One readable sentence, e.g. "Click the button 'Submit payment' — irreversible"."""
-    text = _sentence(step)
+    text = step.sentence()
     if step.irreversible:
         text += " — irreversible"
     return text
-
-
-def _sentence(step: StepBase) -> str:
-    if isinstance(step, GotoStep):
-        return f"Go to {step.url}"
-    if isinstance(step, ClickStep):
-        if step.dialog is not None:
-            return f"Click {step.target.describe()} and {step.dialog} the dialog it opens"
-        return f"Click {step.target.describe()}"
-    if isinstance(step, FillStep):
-        return f"Fill {step.target.describe()} with {_fill_value(step.value)}"
-    if isinstance(step, SelectStep):
-        return f"Choose '{step.option}' in {step.target.describe()}"
-    if isinstance(step, CheckStep):
-        return f"Tick {step.target.describe()}"
-    if isinstance(step, UncheckStep):
-        return f"Untick {step.target.describe()}"
-    if isinstance(step, PressStep):
-        where = f" in {step.target.describe()}" if step.target else ""
-        return f"Press {step.key}{where}"
-    if isinstance(step, WaitForStep):
-        if step.target is not None:
-            return f"Wait until {step.target.describe()} is {step.state}"
-        if step.url is not None:
-            return f"Wait until the address matches {step.url}"
-        if step.text is not None:
-            return f"Wait until the page shows '{step.text}'"
-        return "Wait until the network is idle"
-    if isinstance(step, WaitStep):
-        return f"Wait {step.seconds:g} second{'' if step.seconds == 1 else 's'}"
-    if isinstance(step, ExtractStep):
-        names = ", ".join(f"{f.name} ({f.kind})" for f in step.fields)
-        return f"Extract {names}"
-    if isinstance(step, AssertStep):
-        return "Check that " + "; ".join(_check_sentence(c) for c in step.checks)
-    if isinstance(step, ScreenshotStep):
-        return f"Take a screenshot '{step.name}'"
-    if isinstance(step, DownloadStep):
-        return f"Download '{step.name}' by clicking {step.target.describe()}"
-    if isinstance(step, LoginStep):
-        return f"Log in with credential '{step.credential}', then click {step.submit.describe()}"
-    if isinstance(step, AskStep):
-        return f"Ask {ask_audience(step.answered_by)}: '{step.question}'"
-    return step.id
 
 
 def ask_audience(answered_by: str) -> str:
