@@ -5,14 +5,18 @@ import importlib.util
 import os
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 from pytest_django.fixtures import Settings
 
 from pandaweb.browser import HEADLESS_ARGS, find_chromium
+from pandaweb.core.roles import Role
 from pandaweb.demo_portal.server import PortalServer, make_server
+from tests.factories import user_with_role
 
 # Test modules import the ASGI application; as the embedded worker it would run housekeeping
 # (reapers, schedules, webhook retries on timers) inside pytest against whatever test holds the
@@ -132,6 +136,18 @@ def portal_server() -> Iterator[PortalServer]:
     server.shutdown()
     server.server_close()
     thread.join(timeout=5)
+
+
+@pytest.fixture
+def run_files_in_tmp(settings: Settings, tmp_path: Path) -> Path:
+    """The run files (pictures, observations, downloads) of this test in its own directory."""
+    settings.RUN_FILES_DIR = tmp_path / "runs"
+    return tmp_path / "runs"
+
+
+@pytest.fixture
+def reviewer(db: None) -> User:
+    return user_with_role(Role.REVIEWERS, username="rory", email="rory@example.test")
 
 
 @pytest.fixture

@@ -29,11 +29,6 @@ def fresh_rate_limits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def reviewer(db: None) -> User:
-    return user_with_role(Role.REVIEWERS, username="rory")
-
-
-@pytest.fixture
 def second_reviewer(db: None) -> User:
     return user_with_role(Role.REVIEWERS, username="rita")
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import yaml
-from django.conf import settings
 from django.contrib.auth.models import User
 
 from approvals import questions
@@ -24,14 +23,13 @@ from tests.demo_portal.conftest import fetch_json
 from tests.sessions.conftest import processes_with, publish
 from workflows.models import Credential
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.usefixtures("run_files_in_tmp"),
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "workflows" / "examples" / "acme-change-payout.yaml"
-
-
-@pytest.fixture(autouse=True)
-def run_files_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(settings, "RUN_FILES_DIR", tmp_path / "runs")
 
 
 def asking_run(operator: User, portal: str) -> Run:

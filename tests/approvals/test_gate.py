@@ -19,26 +19,18 @@ from django.contrib.auth.models import User
 
 from approvals import services as approvals
 from approvals.models import ApprovalRequest
-from pandaweb.core.roles import Role
 from pandaweb.demo_portal.server import PortalServer
 from sessions import services
 from sessions.models import Run
 from tests.demo_portal.conftest import fetch_json
-from tests.factories import user_with_role
 from tests.sessions.conftest import EXAMPLE, processes_with, publish
 from workflows.models import Credential
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def run_files_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(settings, "RUN_FILES_DIR", tmp_path / "runs")
-
-
-@pytest.fixture
-def reviewer(db: None) -> User:
-    return user_with_role(Role.REVIEWERS, username="rory", email="rory@example.test")
+pytestmark = [
+    pytest.mark.usefixtures("run_files_in_tmp"),
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def post_form(url: str, data: dict[str, str]) -> Any:

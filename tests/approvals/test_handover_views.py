@@ -14,18 +14,12 @@ from approvals.models import ApprovalComment, ApprovalRequest, ReviewerAbsence
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
 from sessions.services import run_files_dir
-from tests.approvals.test_views import (
-    approval,
-    client_for,
-    requester,
-    reviewer,
-    run_files_in_tmp,
-)
+from tests.approvals.test_views import approval, client_for, requester
 from tests.factories import user_with_role
 
-__all__ = ["approval", "requester", "reviewer", "run_files_in_tmp"]
+__all__ = ["approval", "requester"]
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.usefixtures("run_files_in_tmp"), pytest.mark.django_db]
 
 
 @pytest.fixture

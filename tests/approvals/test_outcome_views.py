@@ -21,11 +21,6 @@ def requester(db: None) -> User:
     return user_with_role(Role.OPERATORS, username="olga")
 
 
-@pytest.fixture
-def reviewer(db: None) -> User:
-    return user_with_role(Role.REVIEWERS, username="rory")
-
-
 def test_the_decision_and_run_pages_say_what_the_step_expects_and_its_dialog(
     demo_workflow: Workflow,
     requester: User,

@@ -5,42 +5,32 @@ portal's lab."""
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import User
 
 from approvals import services as approvals
 from approvals.models import ApprovalRequest
 from pandaweb.audit.models import AuditEvent
-from pandaweb.core.roles import Role
 from pandaweb.demo_portal.server import PortalServer
 from sessions import services
 from sessions.models import Run, StepResult
 from tests.demo_portal.conftest import fetch_json
-from tests.factories import user_with_role
 from tests.sessions.conftest import publish
 from workflows import services as workflow_services
 from workflows.models import Credential
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.usefixtures("run_files_in_tmp"),
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+]
 
 CONFIRM = (
     "Remove supplier Northwind Traders? Open invoices stay, but no new orders can be placed. "
     "This cannot be undone."
 )
-
-
-@pytest.fixture(autouse=True)
-def run_files_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(settings, "RUN_FILES_DIR", tmp_path / "runs")
-
-
-@pytest.fixture
-def reviewer(db: None) -> User:
-    return user_with_role(Role.REVIEWERS, username="rory")
 
 
 def lab_run(

@@ -5,11 +5,9 @@ launched run is put straight into "awaiting approval" with a request of hand-mad
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.http import HttpResponse
 from django.test import Client
@@ -25,7 +23,7 @@ from sessions.models import Run
 from tests.factories import user_with_role
 from workflows.models import Workflow
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.usefixtures("run_files_in_tmp"), pytest.mark.django_db]
 
 PAY_URL = "http://127.0.0.1:8001/invoices/INV-1009/pay"
 IBAN = "DE89 3704 0044 0532 0130 00"
@@ -87,22 +85,12 @@ def evidence(**changes: Any) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(autouse=True)
-def run_files_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(settings, "RUN_FILES_DIR", tmp_path / "runs")
-
-
 @pytest.fixture
 def requester(db: None) -> User:
     """Launches the run, and happens to be a reviewer too: the four-eyes rule still applies."""
     user = user_with_role(Role.OPERATORS, username="olga")
     user.groups.add(Group.objects.get(name=Role.REVIEWERS.value))
     return user
-
-
-@pytest.fixture
-def reviewer(db: None) -> User:
-    return user_with_role(Role.REVIEWERS, username="rory")
 
 
 def waiting_run(workflow: Workflow, user: User) -> Run:

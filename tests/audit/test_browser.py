@@ -28,7 +28,6 @@ from django.test import Client
 from django.utils import timezone
 from PIL import Image
 from playwright.sync_api import sync_playwright
-from pytest_django.fixtures import Settings
 
 from approvals import services as approvals
 from approvals.models import ApprovalRequest
@@ -48,17 +47,11 @@ from tests.sessions.conftest import EXAMPLE, publish
 from workflows import services as workflow_services
 from workflows.models import Workflow
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.usefixtures("run_files_in_tmp"), pytest.mark.django_db]
 
 INPUTS = {"invoice": "INV-1009", "amount": "547.70"}
 PAY_URL = "http://127.0.0.1:8001/invoices/INV-1009/pay"
 APPROVE_REASON = "Amount and IBAN match invoice INV-1009"
-
-
-@pytest.fixture(autouse=True)
-def run_files_in_tmp(settings: Settings, tmp_path: Path) -> Path:
-    settings.RUN_FILES_DIR = tmp_path / "runs"
-    return tmp_path / "runs"
 
 
 @pytest.fixture(autouse=True)
@@ -90,11 +83,6 @@ def demo_workflow(operator: User) -> Workflow:
 @pytest.fixture
 def compliance(db: None) -> User:
     return user_with_role(Role.COMPLIANCE, username="carla")
-
-
-@pytest.fixture
-def reviewer(db: None) -> User:
-    return user_with_role(Role.REVIEWERS, username="rory")
 
 
 def client_for(user: User) -> Client:

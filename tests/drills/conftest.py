@@ -20,11 +20,9 @@ import yaml
 from django.conf import settings
 from django.contrib.auth.models import User
 
-from pandaweb.core.roles import Role
 from pandaweb.demo_portal.server import PortalServer
 from sessions import services
 from sessions.models import Run
-from tests.factories import user_with_role
 from tests.sessions.conftest import EXAMPLE, acme_credential, operator, publish
 
 __all__ = ["acme_credential", "operator"]
@@ -43,11 +41,6 @@ def real_stack_only() -> None:
 
     if settings.RUN_EXECUTION != "celery" or connection.vendor != "postgresql":
         pytest.skip("drills need PostgreSQL, Redis and Celery workers (DATABASE_URL, REDIS_URL)")
-
-
-@pytest.fixture
-def reviewer(db: None) -> User:
-    return user_with_role(Role.REVIEWERS, username="rory", email="rory@example.test")
 
 
 @pytest.fixture

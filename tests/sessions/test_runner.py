@@ -32,14 +32,13 @@ from tests.sessions.conftest import EXAMPLE, processes_with, publish
 from workflows import services as workflow_services
 from workflows.models import Credential
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.usefixtures("run_files_in_tmp"),
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+]
 
 CANARY = "canary-Zq8-never-shown"
-
-
-@pytest.fixture(autouse=True)
-def run_files_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(settings, "RUN_FILES_DIR", tmp_path / "runs")
 
 
 def demo_document(portal_url: str) -> dict[str, Any]:

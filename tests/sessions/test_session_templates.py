@@ -31,14 +31,13 @@ from workflows import services as workflow_services
 from workflows.models import Credential, Workflow
 from workflows.vault import Vault
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.usefixtures("run_files_in_tmp"),
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+]
 
 MAIN_STEPS = ["open-invoices", "read-invoices", "open-newest", "read-newest", "download-csv"]
-
-
-@pytest.fixture(autouse=True)
-def run_files_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(settings, "RUN_FILES_DIR", tmp_path / "runs")
 
 
 @pytest.fixture
