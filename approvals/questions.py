@@ -21,10 +21,16 @@ from django.utils import timezone
 
 from approvals.events import publish_pending_changed
 from approvals.models import Question
+from approvals.slack import slack_question_channel
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
+from pandaweb.core.dispatch import dispatch, task_named
+from pandaweb.reviewers.notify import ApprovalEvent, notify
 from sessions.models import Run
+from sessions.services.records import lock_run
+from sessions.services.runstate import destroy_sandbox, host_queue, transition
 from workflows.schema import ASK_LAUNCHER, ask_audience, one_time_code
+from workflows.services import vault
 
 logger = logging.getLogger(__name__)
 
@@ -93,9 +99,6 @@ def _notify(question: Question, *, reminder: bool = False) -> None:
     quiet hours), and the workflow's Slack approval channel when it has one. ``reminder``: the
     message once more before the timeout. Only the question and a link travel: the answer is
     given in pandaweb."""
-    from approvals.slack import slack_question_channel
-    from pandaweb.core.dispatch import dispatch, task_named
-    from pandaweb.reviewers.notify import ApprovalEvent, notify
 
     run = question.run
     url = f"{settings.PANDAWEB_BASE_URL}/runs/{run.pk}/#question"
@@ -139,7 +142,6 @@ def _notify(question: Question, *, reminder: bool = False) -> None:
 def _tell_chat_it_closed(question: Question) -> None:
     """Once the caller's transaction commits, the Slack messages about ``question`` say how it
     ended, so nobody follows a link to a question already answered."""
-    from pandaweb.core.dispatch import dispatch, task_named
 
     if settings.SLACK_BOT_TOKEN:
         dispatch(task_named("approvals.slack_question_messages_update"), question_id=question.pk)
@@ -199,8 +201,6 @@ def question_answer(*, question_id: int, user: User, answer: str) -> Question:
     sandbox's host. One transaction with the run and the question locked; not idempotent:
     a second answer, a late one or one from someone not allowed raises QuestionRefused.
     """
-    from sessions.services.records import lock_run
-    from sessions.services.runstate import transition
 
     with transaction.atomic():
         run_id = Question.objects.values_list("run_id", flat=True).get(pk=question_id)
@@ -258,8 +258,6 @@ def question_answer(*, question_id: int, user: User, answer: str) -> Question:
 def dispatch_answer_continuation(run_id: int, question_id: int, *, host: str | None = None) -> None:
     """Queue the run's continuation after an answer for any worker of its sandbox's host.
     Sending it twice is harmless: it runs once per question."""
-    from pandaweb.core.dispatch import dispatch, task_named
-    from sessions.services.runstate import host_queue
 
     if host is None:
         host = str((Run.objects.get(pk=run_id).sandbox or {}).get("host") or "")
@@ -279,8 +277,6 @@ def question_take_answer(question: Question) -> str:
 
 
 def _vault() -> Any:
-    from workflows.services import vault
-
     return vault()
 
 
@@ -313,7 +309,6 @@ def question_remind_due() -> list[int]:
     of the first message, at ``question_reminder_at``. Idempotent: a question is reminded at
     most once, whatever passes run at once; a conditional update on ``reminded_at`` claims it
     under the run's lock (the order every question change takes)."""
-    from sessions.services.records import lock_run
 
     now = timezone.now()
     due = Question.objects.filter(
@@ -348,8 +343,6 @@ def question_remind_due() -> list[int]:
 def question_expire_due() -> list[int]:
     """Fail the runs whose question nobody answered in time, and destroy their browsers.
     Idempotent: a question is expired once, re-checked under the locks."""
-    from sessions.services.records import lock_run
-    from sessions.services.runstate import destroy_sandbox, transition
 
     expired = []
     due = Question.objects.filter(status=Q.PENDING, expires_at__lte=timezone.now())

@@ -4,7 +4,8 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from django.db.models import QuerySet
+from django.contrib.auth.models import Group, User
+from django.db.models import Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
@@ -18,8 +19,9 @@ from approvals.models import (
 from approvals.policy import approval_refusal
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.permissions import user_can
-from pandaweb.core.roles import Capability
+from pandaweb.core.roles import Capability, Role
 from sessions.models import Run, StepResult
+from sessions.services.runstate import run_files_dir
 from workflows.models import Workflow
 
 QUEUE_LIMIT = 200
@@ -28,7 +30,6 @@ QUEUE_LIMIT = 200
 def _questions_waiting_for(user: Any) -> QuerySet[Question]:
     """Pending questions this person may answer: of their own runs, or asked of a group they
     are in (the rule of ``questions.question_refusal``, as a query)."""
-    from django.db.models import Q
 
     if not user.is_authenticated or not user.is_active:
         return Question.objects.none()
@@ -255,10 +256,6 @@ def approval_decidable_by(user: Any) -> QuerySet[ApprovalRequest]:
     """Pending requests ``user`` may decide, oldest first: the same rules as
     ``approvals.policy.approval_refusal`` (reviewer group or admin, not the launcher, not the
     version's author unless the workflow lets authors approve), as one query."""
-    from django.db.models import Q
-
-    from pandaweb.core.permissions import user_can
-    from pandaweb.core.roles import Capability, Role
 
     requests = ApprovalRequest.objects.select_related(
         "run__workflow", "run__version", "run__launched_by"
@@ -278,7 +275,6 @@ def approval_decidable_by(user: Any) -> QuerySet[ApprovalRequest]:
 def approval_target_crop(approval: ApprovalRequest) -> str:
     """The run-relative path of the close-up of the target, cut once from the outlined picture
     and kept beside it; "" when there is no box or no picture."""
-    from sessions.services.runstate import run_files_dir
 
     box = ((approval.evidence or {}).get("target") or {}).get("box")
     if not box or not approval.outlined or not box.get("width") or not box.get("height"):
@@ -315,7 +311,6 @@ def approval_absent_today(user_ids: list[int]) -> set[int]:
 def approval_handover_choices(approval: ApprovalRequest) -> tuple[list[Any], list[str]]:
     """People who may decide this request and groups that decide approvals: whom it can be
     handed to (the service checks again)."""
-    from django.contrib.auth.models import Group, User
 
     candidates = (
         User.objects.filter(

@@ -14,19 +14,26 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.db import transaction
 from django.utils import timezone
 
+from approvals import passkeys
 from approvals.events import publish_pending_changed
 from approvals.models import ApprovalComment, ApprovalDecision, ApprovalRequest, ReviewerAbsence
 from approvals.policy import approval_refusal
+from approvals.questions import question_expire_due, question_remind_due, question_void_pending
+from approvals.selectors import approval_absent_today, approval_visible_to
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from pandaweb.core.dispatch import dispatch, task_named
 from pandaweb.core.roles import Capability, Role
+from pandaweb.reviewers.notify import ApprovalEvent, notify
 from pandaweb.webhooks.services import outbox_record_approval
+from sessions.engine import observation as observing
 from sessions.models import Run
+from sessions.services.records import lock_run
+from sessions.services.runstate import destroy_sandbox, host_queue, run_files_dir, transition
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +54,6 @@ class ApprovalRefused(Exception):
 def approval_open(*, run: Run, gate: Any, previous: ApprovalRequest | None) -> ApprovalRequest:
     """Freeze the evidence of a gate into a pending request (inside the caller's transaction,
     with ``run`` locked). ``previous`` is the approved request whose page changed since."""
-    from sessions.engine import observation as observing
-    from sessions.services.runstate import run_files_dir
 
     document = run.version.document or {}
     policy = run.version.settings_model.approval
@@ -153,7 +158,6 @@ def _recipients(
 ) -> list[User]:
     """Active members of ``groups`` and ``people``, less those out of office today and those
     who already decided. Absence silences notifications only; it never changes who may decide."""
-    from approvals.selectors import approval_absent_today
 
     decided = set(approval.decisions.values_list("reviewer_id", flat=True))
     members = User.objects.filter(groups__name__in=groups, is_active=True)
@@ -172,7 +176,6 @@ def approval_notify(
     The one place approval messages leave pandaweb. A delivery failure is logged by ``notify``
     and never undoes the change it announces.
     """
-    from pandaweb.reviewers.notify import ApprovalEvent, notify
 
     if not users:
         return
@@ -219,8 +222,6 @@ def approval_decide(
     approved = False
     destroy: dict[str, Any] | None = None
     with transaction.atomic():
-        from sessions.services.records import lock_run
-
         run = lock_run(run_id)
         approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
         refusal = approval_refusal(user, approval)
@@ -276,8 +277,6 @@ def approval_decide(
         if destroy is None and not approved and not expired_now:
             return approval
     if destroy:
-        from sessions.services.runstate import destroy_sandbox
-
         destroy_sandbox(destroy)
     if expired_now:
         raise ApprovalRefused("this request is already expired")
@@ -287,7 +286,6 @@ def approval_decide(
 def _step_up(approval: ApprovalRequest, user: User, assertion: str) -> str:
     """The passkey step-up where the workflow asks for it: the name of the passkey that
     confirmed the verdict ("" when none is needed)."""
-    from approvals import passkeys
 
     if not passkeys.passkey_required(approval):
         return ""
@@ -305,8 +303,6 @@ def _cards_changed(approval: ApprovalRequest) -> None:
 
 
 def _approve(run: Run, approval: ApprovalRequest) -> None:
-    from sessions.services.runstate import transition
-
     # Sent first once this commits (on-commit work runs in order): the reviewer waits for the
     # action, the dashboards' refresh can follow it.
     dispatch_continuation(run.pk, approval.pk, host=str((run.sandbox or {}).get("host") or ""))
@@ -331,7 +327,6 @@ def dispatch_continuation(run_id: int, approval_id: int, *, host: str | None = N
     """Queue the continuation of an approved run for any worker of its sandbox's host (the
     browser and its egress supervisor are processes there; in the embedded default, this
     process's pool). Sending it twice is harmless: it runs once per approval."""
-    from sessions.services.runstate import host_queue
 
     if host is None:
         host = str((Run.objects.get(pk=run_id).sandbox or {}).get("host") or "")
@@ -343,7 +338,6 @@ def _close_run(
     run: Run, approval: ApprovalRequest, status: str, *, reason: str
 ) -> dict[str, Any] | None:
     """End a waiting run with its request (rejected or expired); returns the sandbox to destroy."""
-    from sessions.services.runstate import transition
 
     approval.status = status
     approval.decided_at = timezone.now()
@@ -374,8 +368,6 @@ def _expire(run: Run, approval: ApprovalRequest) -> dict[str, Any] | None:
 def approval_expire_due() -> list[int]:
     """Expire every pending request past its deadline: the run is cancelled, its browser
     destroyed. Fails closed: nothing ever continues on its own."""
-    from sessions.services.records import lock_run
-    from sessions.services.runstate import destroy_sandbox
 
     expired = []
     due = ApprovalRequest.objects.filter(status=A.PENDING, expires_at__lte=timezone.now())
@@ -395,7 +387,6 @@ def approval_expire_due() -> list[int]:
 def approval_void_pending(*, run: Run, reason: str) -> None:
     """Void the pending request (and open question) of a run that stops waiting for another
     reason (inside the caller's transaction, ``run`` locked)."""
-    from approvals.questions import question_void_pending
 
     question_void_pending(run=run, reason=reason)
     for approval in ApprovalRequest.objects.select_for_update().filter(run=run, status=A.PENDING):
@@ -420,7 +411,6 @@ def approval_void_pending(*, run: Run, reason: str) -> None:
 
 def _lock(approval_id: int) -> tuple[Run, ApprovalRequest]:
     """The run, then the request, locked in the order every approval write uses."""
-    from sessions.services.records import lock_run
 
     run_id = ApprovalRequest.objects.values_list("run_id", flat=True).get(pk=approval_id)
     run = lock_run(run_id)
@@ -519,7 +509,6 @@ def approval_escalate_due() -> list[int]:
 def approval_housekeeping() -> dict[str, list[int]]:
     """One housekeeping pass over pending requests: escalate, remind, then expire; and the
     questions: remind those about to time out, expire those nobody answered in time."""
-    from approvals.questions import question_expire_due, question_remind_due
 
     return {
         "escalated": approval_escalate_due(),
@@ -532,7 +521,6 @@ def approval_housekeeping() -> dict[str, list[int]]:
 
 def _decider_group(name: str) -> bool:
     """Whether the group ``name`` exists and its members may decide approvals."""
-    from django.contrib.auth.models import Group
 
     return Group.objects.filter(
         name=name, permissions__codename=Capability.DECIDE_APPROVALS.value
@@ -615,7 +603,6 @@ def approval_reassign(
 def approval_comment(*, approval_id: int, user: User, body: str) -> ApprovalComment:
     """Add a remark to a request for everyone who reviews it. A comment is never a verdict and
     changes nothing about the request. Not idempotent: each call adds a comment."""
-    from approvals.selectors import approval_visible_to
 
     body = body.strip()
     if not body:

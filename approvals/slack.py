@@ -23,10 +23,13 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from approvals.models import ApprovalDecision, ApprovalRequest, Question
+from approvals.passkeys import approval_amount, passkey_required
 from pandaweb.reviewers.models import (
     SlackCard,
     SlackQuestionMessage,
 )
+from sessions.services.runstate import run_files_dir
+from workflows.schema import ASK_LAUNCHER
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +64,6 @@ def card_image(approval: ApprovalRequest) -> bytes:
     """The outlined screenshot cropped to the target and its surroundings (PNG)."""
     from PIL import Image
 
-    from sessions.services.runstate import run_files_dir
-
     path = Path(run_files_dir(approval.run_id)) / (approval.outlined or approval.screenshot)
     picture: Image.Image = Image.open(path)
     box = ((approval.evidence or {}).get("target") or {}).get("box")
@@ -80,8 +81,6 @@ def card_image(approval: ApprovalRequest) -> bytes:
 
 
 def _amount_text(approval: ApprovalRequest) -> str:
-    from approvals.passkeys import approval_amount
-
     amount = approval_amount(approval)
     if amount is None:
         return "—"
@@ -99,7 +98,6 @@ def card_state(approval: ApprovalRequest) -> str:
 
 def card_blocks(approval: ApprovalRequest) -> tuple[str, list[dict[str, Any]]]:
     """The fallback text and Block Kit blocks of ``approval``'s card, as it stands now."""
-    from approvals.passkeys import passkey_required
 
     run = approval.run
     link = f"{settings.PANDAWEB_BASE_URL}/approvals/{approval.pk}/"
@@ -266,7 +264,6 @@ def question_blocks(
     """The fallback text and blocks of a run's question: what it asks, who may answer, until
     when, and a link to answer on the run page. Answering stays in pandaweb (a one-time code
     never passes through Slack), so the message has no input and no answer in it."""
-    from workflows.schema import ASK_LAUNCHER
 
     run = question.run
     link = question_link(question)

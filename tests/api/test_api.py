@@ -17,8 +17,8 @@ from approvals.services import evidence_hash
 from pandaweb.audit.models import AuditEvent
 from sessions.models import Run, StepResult
 from tests.api.conftest import Api, make_token
-from tests.dispatching import patch_dispatch
 from tests.factories import ApprovalRequestFactory, user_with_role
+from tests.patching import patch_dispatch
 from workflows.models import Workflow
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from tests.dispatching import patch_dispatch
+from tests.patching import patch_dispatch
 
 # Runs are launched and executed by the tests themselves, with the sessions tests' fixtures.
 from tests.sessions.conftest import acme_credential, demo_workflow, no_background_runs, operator

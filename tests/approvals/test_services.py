@@ -20,6 +20,7 @@ from pandaweb.core.roles import Role
 from sessions import services
 from sessions.models import Run
 from tests.factories import user_with_role
+from tests.patching import patch_destroy_sandbox
 from workflows.models import Workflow
 
 INPUTS = {"invoice": "INV-1001", "amount": "1,250.00"}
@@ -28,9 +29,7 @@ INPUTS = {"invoice": "INV-1001", "amount": "1,250.00"}
 @pytest.fixture
 def destroyed(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     gone: list[dict[str, Any]] = []
-    monkeypatch.setattr(services.runstate, "destroy_sandbox", gone.append)
-    monkeypatch.setattr(services.launch, "destroy_sandbox", gone.append)
-    monkeypatch.setattr(services.execution, "destroy_sandbox", gone.append)
+    patch_destroy_sandbox(monkeypatch, gone.append)
     return gone
 
 

@@ -35,6 +35,7 @@ from tests.approvals.reach import (
     reach_workflow,
 )
 from tests.factories import user_with_role
+from tests.patching import patch_destroy_sandbox
 from workflows.models import Workflow
 
 __all__ = ["background", "fake_slack"]
@@ -243,7 +244,7 @@ def test_a_late_click_on_an_expired_request_is_refused_and_the_card_says_expired
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     destroyed: list[dict[str, Any]] = []
-    monkeypatch.setattr("sessions.services.runstate.destroy_sandbox", destroyed.append)
+    patch_destroy_sandbox(monkeypatch, destroyed.append)
     linked("rory", "U0RORY")
     approval = open_request(operator, workflow)
     ApprovalRequest.objects.filter(pk=approval.pk).update(
@@ -271,7 +272,7 @@ def test_reject_asks_for_a_reason_in_a_modal_then_rejects(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     destroyed: list[dict[str, Any]] = []
-    monkeypatch.setattr("sessions.services.runstate.destroy_sandbox", destroyed.append)
+    patch_destroy_sandbox(monkeypatch, destroyed.append)
     linked("rory", "U0RORY")
     approval = open_request(operator, workflow)
 

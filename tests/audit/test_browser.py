@@ -41,8 +41,8 @@ from pandaweb.core.roles import Role
 from sessions import services
 from sessions.engine.runner import ArtifactFile, StepRecord
 from sessions.models import Run, StepResult
-from tests.dispatching import patch_dispatch
 from tests.factories import user_with_role
+from tests.patching import patch_dispatch
 from tests.sessions.conftest import EXAMPLE, publish
 from workflows import services as workflow_services
 from workflows.models import Workflow

@@ -17,8 +17,8 @@ from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
 from sessions import services
 from sessions.models import Run
-from tests.dispatching import patch_dispatch
 from tests.factories import user_with_role
+from tests.patching import patch_destroy_sandbox, patch_dispatch
 from tests.sessions.conftest import acme_credential, demo_workflow, no_background_runs, operator
 from workflows.models import Workflow
 
@@ -37,9 +37,7 @@ def events_of(call: Callable[[], Any]) -> list[tuple[str, str]]:
 @pytest.fixture(autouse=True)
 def no_continuations(monkeypatch: pytest.MonkeyPatch) -> None:
     patch_dispatch(monkeypatch, lambda task, **kwargs: None)
-    monkeypatch.setattr(services.runstate, "destroy_sandbox", lambda data: None)
-    monkeypatch.setattr(services.launch, "destroy_sandbox", lambda data: None)
-    monkeypatch.setattr(services.execution, "destroy_sandbox", lambda data: None)
+    patch_destroy_sandbox(monkeypatch, lambda data: None)
 
 
 def waiting(user: User, workflow: Workflow, *, quorum: int = 1) -> ApprovalRequest:

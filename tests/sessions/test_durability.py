@@ -26,7 +26,7 @@ from sessions import durability, services
 from sessions.engine.sandbox.egress import Egress
 from sessions.models import Run
 from sessions.services import egress as egress_services
-from tests.dispatching import patch_dispatch
+from tests.patching import patch_dispatch
 from workflows.models import Workflow
 
 pytestmark = pytest.mark.django_db
