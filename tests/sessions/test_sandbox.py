@@ -364,6 +364,50 @@ def test_it_never_removes_a_directory_that_is_not_a_sandbox(tmp_path: Path) -> N
     assert not precious.exists()
 
 
+def late_writes(monkeypatch: pytest.MonkeyPatch, workdir: Path, times: int) -> None:
+    """The first ``times`` attempts to remove ``workdir`` find a file written after it was
+    emptied, as a browser still dying (or a start still under way) writes one."""
+    real_rmdir = Path.rmdir
+    left = [times]
+
+    def rmdir_after_a_late_write(path: Path) -> None:
+        if path == workdir and left[0] > 0:
+            left[0] -= 1
+            (workdir / f"crash-report-{left[0]}").write_text("written while dying")
+        real_rmdir(path)
+
+    monkeypatch.setattr(Path, "rmdir", rmdir_after_a_late_write)
+    monkeypatch.setattr("sessions.engine.sandbox._proc.REMOVE_PAUSE_SECONDS", 0)
+
+
+def test_a_file_written_while_the_workdir_is_emptied_is_removed_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workdir = tmp_path / "run-1-abc"
+    workdir.mkdir()
+    (workdir / MARKER).touch()
+    (workdir / "profile").mkdir()
+    late_writes(monkeypatch, workdir, times=2)
+
+    assert remove_workdir(workdir) is True
+    assert not workdir.exists()
+
+
+def test_a_workdir_still_written_keeps_its_marker_for_whoever_removes_it_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workdir = tmp_path / "run-1-abc"
+    workdir.mkdir()
+    (workdir / MARKER).touch()
+    late_writes(monkeypatch, workdir, times=100)
+
+    assert remove_workdir(workdir) is False
+    assert (workdir / MARKER).is_file()
+    monkeypatch.undo()
+    assert remove_workdir(workdir) is True
+    assert not workdir.exists()
+
+
 # --- the local backend, with a real Chromium -------------------------------------------------
 
 

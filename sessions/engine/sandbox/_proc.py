@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 MARKER = ".pandaweb-sandbox"
+REMOVE_PASSES = 5
+REMOVE_PAUSE_SECONDS = 0.1
 DEADLINE_FILE = "deadline"
 PGID_FILE = "pgid"
 RECORD_FILE = "sandbox.json"
@@ -231,20 +233,31 @@ def remove_workdir(workdir: Path) -> bool:
         if not isinstance(exc_info[1], FileNotFoundError):
             raise exc_info[1]
 
-    for child in list(workdir.iterdir()):
-        if child.name == MARKER:
+    # A browser still dying, or a start still under way, can write into the directory while it
+    # is being emptied: a few passes let those last writes land and go too.
+    for attempt in range(REMOVE_PASSES):
+        if attempt:
+            time.sleep(REMOVE_PAUSE_SECONDS)
+        for child in list(workdir.iterdir()):
+            if child.name == MARKER:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, onerror=ignore_vanished)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    child.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (workdir / MARKER).unlink()
+        try:
+            workdir.rmdir()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            # Something was written meanwhile. The marker goes back, so that the next pass, or
+            # whoever removes the sandbox next (its starter, the watchdog, housekeeping), may
+            # still finish: without it every later attempt would refuse the directory.
+            with contextlib.suppress(OSError):
+                (workdir / MARKER).touch(mode=0o600)
             continue
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, onerror=ignore_vanished)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                child.unlink()
-    with contextlib.suppress(FileNotFoundError):
-        (workdir / MARKER).unlink()
-    try:
-        workdir.rmdir()
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return False  # something was written meanwhile; the next attempt will finish it
-    return True
+        return True
+    return False
