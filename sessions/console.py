@@ -19,13 +19,17 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
+from approvals.models import ApprovalRequest
+from approvals.selectors import question_count_for
 from sessions.models import Run, SavedRunView, StepResult
-from workflows.models import Workflow
+from sessions.services import runstate
+from workflows.models import Workflow, WorkflowVersion
 
 PAGE_SIZE = 50
 EXPORT_LIMIT = 100_000
@@ -382,8 +386,6 @@ def failures_today(*, limit: int = 20) -> list[FailureGroup]:
 def needs_counts(user: Any) -> dict[str, int]:
     """The live numbers on the home page (one query per number, whatever the data): the team's,
     and the questions runs ask ``user`` (the navigation badge counts the same)."""
-    from approvals.models import ApprovalRequest
-    from approvals.selectors import question_count_for
 
     start = _start_of(timezone.localdate())
     return {
@@ -399,7 +401,6 @@ def needs_counts(user: Any) -> dict[str, int]:
 
 def approvals_for(user: Any, *, limit: int = 10) -> list[Any]:
     """Pending approvals this person could decide (not of their own runs), soonest to expire."""
-    from approvals.models import ApprovalRequest
 
     return list(
         ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
@@ -566,9 +567,6 @@ class Capacity:
 def capacity(*, expiring_within: timedelta = timedelta(minutes=15)) -> Capacity:
     """Queue depth, the oldest queued run, live sandboxes per host and approvals about to
     expire: a fixed number of queries."""
-    from django.conf import settings
-
-    from approvals.models import ApprovalRequest
 
     queued = Run.objects.filter(status=Run.Status.QUEUED)
     hosts: dict[str, int] = {}
@@ -598,18 +596,16 @@ def capacity(*, expiring_within: timedelta = timedelta(minutes=15)) -> Capacity:
 
 def workflow_queues(*, limit: int = 20) -> list[WorkflowQueue]:
     """The workflows with runs waiting for a slot, longest queue first: three queries."""
-    from sessions.services.runstate import OCCUPYING, WAITING
-    from workflows.models import WorkflowVersion
 
     rows = list(
-        Run.objects.filter(WAITING)
+        Run.objects.filter(runstate.WAITING)
         .values("workflow")
         .annotate(waiting=Count("id"), oldest_id=Min("id"), oldest_since=Min("created_at"))
         .order_by("-waiting", "oldest_since")[:limit]
     )
     ids = [row["workflow"] for row in rows]
     occupying = dict(
-        Run.objects.filter(OCCUPYING, workflow_id__in=ids)
+        Run.objects.filter(runstate.OCCUPYING, workflow_id__in=ids)
         .values("workflow")
         .annotate(n=Count("id"))
         .values_list("workflow", "n")
@@ -648,7 +644,6 @@ class StepEvidence:
 def step_evidence(run: Run, step: StepResult) -> StepEvidence:
     """What the step page shows around a step: its neighbours, the values an extract step read
     (as the run's outputs hold them) and who approved it."""
-    from approvals.models import ApprovalRequest
 
     indexes = run.step_results.values_list("index", flat=True)
     previous = indexes.filter(index__lt=step.index).order_by("-index").first()

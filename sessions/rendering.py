@@ -12,10 +12,16 @@ from django.contrib.auth.models import User
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 
+from approvals.models import ApprovalRequest
+from approvals.questions import question_refusal
+from approvals.selectors import question_pending
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
 from sessions import selectors
+from sessions.engine.runner import STALE_SESSION
 from sessions.models import Run, RunEvent, StepResult
+from sessions.services.launch import reconcile_refusal
+from sessions.services.runstate import concurrency_limit, queue_position
 from workflows.schema import ask_audience
 
 
@@ -56,11 +62,6 @@ class Viewer:
 def header_html(run: Run, viewer: Viewer, request: HttpRequest | None = None) -> str:
     """The run's header. Its forms carry a CSRF token only when ``request`` is given (the first
     render); after a live update they post through htmx, which sends the page's token."""
-    from approvals.models import ApprovalRequest
-    from approvals.questions import question_refusal
-    from approvals.selectors import question_pending
-    from sessions.engine.runner import STALE_SESSION
-    from sessions.services.launch import reconcile_refusal
 
     pending = run.approvals.filter(status=ApprovalRequest.Status.PENDING).first()
     question = question_pending(run) if run.status == Run.Status.AWAITING_ANSWER else None
@@ -90,7 +91,6 @@ def header_html(run: Run, viewer: Viewer, request: HttpRequest | None = None) ->
 
 def queue_context(run: Run) -> dict[str, Any]:
     """A run's place in its workflow's queue, for the run page's status area."""
-    from sessions.services.runstate import concurrency_limit, queue_position
 
     ahead = queue_position(run)
     return {

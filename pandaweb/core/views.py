@@ -14,12 +14,12 @@ from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
 from pandaweb.core.selectors import deployment_summary, heartbeat_list
 from pandaweb.core.tasks import worker_ping
+from sessions import console
 
 
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     """What needs this person, by what their roles let them do."""
-    from sessions import console
 
     user = request.user
     context: dict[str, Any] = {}

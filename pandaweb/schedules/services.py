@@ -25,6 +25,7 @@ from pandaweb.core.roles import Capability
 from pandaweb.schedules import cron
 from pandaweb.schedules.models import Batch, BatchRow, Schedule
 from sessions.models import Run
+from sessions.services import RunError, coerce_inputs, run_launch
 from workflows.models import Workflow, WorkflowVersion
 from workflows.schema import Parameter
 
@@ -76,8 +77,6 @@ class ScheduleSpec:
 
 
 def _validated(workflow: Workflow, spec: ScheduleSpec) -> tuple[ScheduleSpec, dict[str, Any]]:
-    from sessions.services import RunError, coerce_inputs
-
     errors: dict[str, list[str]] = {}
     name = spec.name.strip()
     if not name:
@@ -261,8 +260,6 @@ def _outcome(schedule: Schedule, text: str) -> str:
 
 
 def _launch(schedule: Schedule, *, key: str) -> str:
-    from sessions.services import RunError, run_launch
-
     owner = schedule.owner
     if not (owner.is_active and user_can(owner, Capability.LAUNCH_RUNS)):
         refusal = f"not launched: {owner.get_username()} may no longer launch runs"
@@ -327,7 +324,6 @@ def batch_parse(
     Returns the columns and the typed inputs of each row; raises BatchRefused listing every
     problem (never only the first), so a person fixes the file once.
     """
-    from sessions.services import RunError, coerce_inputs
 
     if len(content) > settings.BATCH_MAX_BYTES:
         raise BatchRefused(
@@ -446,7 +442,6 @@ def batch_release(*, workflow_id: int) -> list[int]:
     runs join the workflow's queue (sessions' ``queue_release`` bounds what runs at once).
     Returns the rows launched. Idempotent, and safe from several processes: rows are taken with
     SKIP LOCKED and each launch carries an idempotency key of its batch and line."""
-    from sessions.services import RunError, run_launch
 
     launched: list[int] = []
     with transaction.atomic():

@@ -16,9 +16,13 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from approvals.models import ApprovalDecision, ApprovalRequest
+from approvals.services import approval_void_pending
 from pandaweb.audit.services import audit_record
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
+from sessions.engine.sandbox import default_root
+from sessions.engine.sandbox.local import reap_orphans
 from sessions.events import publish_queue_changed
 from sessions.models import Run, StepResult
 from sessions.services.egress import egress_dir, egress_root
@@ -227,7 +231,6 @@ def run_cancel(*, run_id: int, user: User) -> Run:
 
     Idempotent: cancelling a finished run changes nothing.
     """
-    from approvals.services import approval_void_pending
 
     with transaction.atomic():
         run = lock_run(run_id)
@@ -325,14 +328,11 @@ def sandbox_reap_orphans(*, grace: timedelta = timedelta(seconds=30)) -> list[st
     installation's that no live run owns: a run that ended, or that started its sandbox again
     under another key, while something of the old start survived. ``grace`` spares what is
     younger (a destroy already under way)."""
-    from sessions.engine.sandbox.local import reap_orphans
 
     return reap_orphans() + _reap_unowned(grace)
 
 
 def _reap_unowned(grace: timedelta) -> list[str]:
-    from sessions.engine.sandbox import default_root
-
     own_key = re.compile(rf"run-(\d+)-{installation_tag()}[0-9a-f]{{8}}")
     root = default_root().absolute()
     settled_before = time.time() - grace.total_seconds()
@@ -369,7 +369,6 @@ def reconcile_refusal(run: Run, *, user_id: int | None, may_decide: bool) -> str
     Anyone who may decide approvals, except the run's launcher and the reviewers who approved
     that action: each of them could settle their own uncertain payment as "did not happen".
     """
-    from approvals.models import ApprovalDecision
 
     if not may_decide:
         return "only someone who may decide approvals can say whether the action happened"
@@ -401,7 +400,6 @@ def run_reconcile(*, run_id: int, user: User, happened: bool, note: str) -> Run:
     A decision like an approval, taken by whom ``reconcile_refusal`` allows, always with what
     was checked, audited.
     """
-    from approvals.models import ApprovalRequest
 
     note = note.strip()
     if not note:
