@@ -26,6 +26,7 @@ from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from pandaweb.core.dispatch import dispatch, task_named
 from pandaweb.reviewers.notify import ApprovalEvent, notify
+from sessions.engine.vocabulary import MASK
 from sessions.models import Run
 from sessions.services.records import lock_run
 from sessions.services.runstate import destroy_sandbox, host_queue, transition
@@ -35,7 +36,6 @@ from workflows.services import vault
 logger = logging.getLogger(__name__)
 
 Q = Question.Status
-MASK = "••••"
 
 
 class QuestionRefused(Exception):

@@ -10,7 +10,7 @@ workflows/examples/acme-pay-invoice.yaml (everything before the irreversible sub
   A  a bare Playwright script: connect_over_cdp to the sandbox, the same gotos, fills, clicks,
      extract, download and screenshot with plain locators, nothing recorded;
   B  the production runner, ``Runner(plan, sink).run(cdp_url)``, with observation, masked
-     screenshot per step, and production's own sink (``sessions.services.writer._Sink``: a writer
+     screenshot per step, and production's own sink (``sessions.services.writer.RunSink``: a writer
      thread calling ``run_record_step``, which draws overlay and thumbnail, on a migrated SQLite
      database in a temporary PANDAWEB_DATA_DIR).
 
@@ -157,9 +157,9 @@ class TimedSink:
     """Production's sink, noting when the runner handed over the last step."""
 
     def __init__(self, run_id: int) -> None:
-        from sessions.services.writer import _Sink
+        from sessions.services.writer import RunSink
 
-        self.inner = _Sink(run_id)
+        self.inner = RunSink(run_id)
         self.last_step_at = 0.0
         self.first_step_at = 0.0
         self.records: list[Any] = []

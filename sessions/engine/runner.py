@@ -39,13 +39,12 @@ from sessions.engine.outcomes import (
     visible_refusals,
 )
 from sessions.engine.steps.base import (
-    MASK,
-    PUBLIC_CREDENTIAL_FIELDS,
     ArtifactFile,
     Refused,
     StepFailed,
     StepRecord,
 )
+from sessions.engine.vocabulary import MASK, PUBLIC_CREDENTIAL_FIELDS, STALE_SESSION
 from workflows.schema import (
     STEP_ADAPTER,
     AskStep,
@@ -162,7 +161,6 @@ _ERROR_PAGE_WORDS = """() => {
 READ_ONLY_STEPS = (WaitForStep, WaitStep, ExtractStep, AssertStep, ScreenshotStep)
 READ_ONLY_TYPES = frozenset({"wait_for", "wait", "extract", "assert", "screenshot"})
 # The whole reason a forked run gives when it woke up logged out; people act on these words.
-STALE_SESSION = "session template is stale — re-bake"
 # A blank page served in place of an origin while its local storage is restored: nothing of the
 # restore reaches the portal.
 _BLANK = "<!doctype html><title>restoring</title>"
@@ -261,8 +259,20 @@ class Gate:
 
     evidence: dict[str, Any]
     screenshot: bytes  # PNG, masked
+    # The same picture with the target outlined: what the reviewer is shown first.
+    outlined: bytes
     # Set when the page no longer matched the evidence of an earlier approval.
     changes: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, evidence: dict[str, Any], screenshot: bytes, changes: tuple[str, ...] = ()) -> Gate:
+        box = (evidence.get("target") or {}).get("box")
+        outlined = (
+            observing.outline_target(screenshot, (box["x"], box["y"], box["width"], box["height"]))
+            if box
+            else screenshot
+        )
+        return cls(evidence=evidence, screenshot=screenshot, outlined=outlined, changes=changes)
 
 
 @dataclass(frozen=True)
@@ -666,7 +676,7 @@ class Runner:
         approved = self.plan.approved_evidence
         if index != self.plan.approved_index or approved is None:
             evidence, screenshot = self._evidence(index, step)
-            return Gate(evidence=evidence, screenshot=screenshot)
+            return Gate.of(evidence, screenshot)
         # Everything evidence_changes compares, read without the pictures and the observation:
         # those are for a new request only, and the reviewer is waiting for the action.
         current = self._compared(step, waiting=False)
@@ -675,7 +685,7 @@ class Runner:
         evidence, screenshot = self._evidence(index, step)
         changes = evidence_changes(approved, evidence)
         if changes:
-            return Gate(evidence=evidence, screenshot=screenshot, changes=tuple(changes))
+            return Gate.of(evidence, screenshot, tuple(changes))
         return None
 
     def _compared(self, step: StepBase, *, waiting: bool) -> dict[str, Any] | None:

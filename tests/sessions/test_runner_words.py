@@ -17,7 +17,8 @@ from playwright.sync_api import Locator, Page
 from pandaweb.demo_portal.server import PortalServer
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
 from sessions.engine import recording
-from sessions.engine.runner import MASK, Runner, RunOutcome, RunPlan
+from sessions.engine.runner import Runner, RunOutcome, RunPlan
+from sessions.engine.vocabulary import MASK
 
 pytestmark = pytest.mark.browser
 

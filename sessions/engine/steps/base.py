@@ -14,11 +14,6 @@ from playwright.sync_api import Download, Locator, Page
 from sessions.engine import observation as observing
 from workflows.schema import ExtractField, SelectStep, Target, WaitForStep
 
-# What a secret looks like wherever a person reads a step (evidence, sentences, the live view).
-MASK = "••••"
-# Credential fields that are not secret: shown where they are typed, never masked.
-PUBLIC_CREDENTIAL_FIELDS = frozenset({"username"})
-
 
 class StepFailed(Exception):
     """A step could not do what it says; the message is for people."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sessions.engine.steps.base import MASK, PUBLIC_CREDENTIAL_FIELDS, Acting, StepRecord
+from sessions.engine.steps.base import Acting, StepRecord
+from sessions.engine.vocabulary import MASK, PUBLIC_CREDENTIAL_FIELDS
 from workflows.schema import FillStep, references
 
 
