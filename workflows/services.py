@@ -19,6 +19,9 @@ from pydantic import ValidationError
 
 from pandaweb.audit.services import audit_record
 from pandaweb.core.roles import Role
+from sessions.engine.steps.assertion import CHECK_KINDS
+from sessions.engine.steps.base import Problem, StepBase
+from sessions.engine.steps.language import TEMPLATE, Target
 from workflows.fileformat import (
     DocumentError,
     LocatedProblem,
@@ -31,17 +34,12 @@ from workflows.hosts import HostPatternError, parse_host_pattern
 from workflows.models import Credential, Workflow, WorkflowVersion
 from workflows.schema import (
     APPROVAL_REACH_OPTIONS,
-    CHECK_KINDS,
     RECORDING_OPTIONS,
     SESSION_STEP_TYPES,
     STEP_ADAPTER,
     STEP_TYPES,
-    TEMPLATE,
     Parameter,
-    Problem,
     SessionSpec,
-    StepBase,
-    Target,
     WorkflowDocument,
     WorkflowSettings,
     document_problems,

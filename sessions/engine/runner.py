@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fnmatch
 import hashlib
 import hmac
 import re
@@ -22,7 +21,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -38,38 +36,26 @@ from sessions.engine.outcomes import (
     ResponseWatch,
     visible_refusals,
 )
+from sessions.engine.steps.ask import AskStep, ask_audience
+from sessions.engine.steps.assertion import AssertStep
 from sessions.engine.steps.base import (
     ArtifactFile,
     Refused,
+    StepBase,
     StepFailed,
     StepRecord,
 )
+from sessions.engine.steps.click import ClickStep
+from sessions.engine.steps.extract import ExtractStep
+from sessions.engine.steps.fill import FillStep
+from sessions.engine.steps.goto import GotoStep
+from sessions.engine.steps.language import Expect, Target, references, url_matches
+from sessions.engine.steps.login import LoginStep
+from sessions.engine.steps.screenshot import ScreenshotStep
+from sessions.engine.steps.wait import WaitStep
+from sessions.engine.steps.wait_for import WaitForStep
 from sessions.engine.vocabulary import MASK, PUBLIC_CREDENTIAL_FIELDS, STALE_SESSION
-from workflows.schema import (
-    STEP_ADAPTER,
-    AskStep,
-    AssertStep,
-    ClickStep,
-    CompareCheck,
-    CountCheck,
-    Expect,
-    ExtractField,
-    ExtractStep,
-    FillStep,
-    GotoStep,
-    LoginStep,
-    ScreenshotStep,
-    SelectStep,
-    StepBase,
-    Target,
-    TextCheck,
-    UrlCheck,
-    WaitForStep,
-    WaitStep,
-    ask_audience,
-    describe_step,
-    references,
-)
+from workflows.schema import STEP_ADAPTER, describe_step
 
 SCREENSHOT_QUALITY = 85
 PAGE_TEXT_LIMIT = 10_000
@@ -839,7 +825,7 @@ class Runner:
         record = StepRecord(
             index=index,
             step_id=step.id,
-            step_type=step.type,  # type: ignore[attr-defined]
+            step_type=step.type,
             sentence=self.words(describe_step(step)),
             status="succeeded",
             started_at=started,
@@ -907,6 +893,9 @@ class Runner:
     def _new_refusals(self, baseline: set[str]) -> list[str]:
         return [m for m in visible_refusals(self.page) if m not in baseline]
 
+    def new_refusals(self) -> list[str]:
+        return self._new_refusals(self._baseline)
+
     def _after(
         self, step: StepBase, baseline: set[str], watch: ResponseWatch, timeout: float
     ) -> None:
@@ -968,7 +957,7 @@ class Runner:
     def _outcome_seen(self, page: Page, expect: Expect) -> bool:
         try:
             if expect.url is not None:
-                return _glob_match(page.url, self.text(expect.url))
+                return url_matches(page.url, self.text(expect.url))
             if expect.text is not None:
                 return page.get_by_text(self.text(expect.text)).first.is_visible()
             assert expect.target is not None
@@ -1111,7 +1100,7 @@ class Runner:
     # Actions -------------------------------------------------------------------------------
 
     def _act(self, step: StepBase, record: StepRecord, timeout: float) -> None:
-        act = steps.ACTIONS.get(type(step))
+        act = steps.act_of(step)
         if act is None:  # pragma: no cover - the schema has no other step types
             raise StepFailed(f"unknown step type {type(step).__name__}")
         act(self, step, record, timeout)
@@ -1122,122 +1111,6 @@ class Runner:
             self.page.wait_for_load_state("load", timeout=self._scaled(10_000))
         except PlaywrightError:
             return
-
-    def choose(self, page: Page, step: SelectStep, timeout: float) -> None:
-        element = self.locate(page, step.target)
-        option = self.text(step.option)
-        tag = element.evaluate("e => e.tagName", timeout=timeout)
-        if str(tag).lower() == "select":
-            element.select_option(label=option, timeout=timeout)
-            return
-        # A custom dropdown: open it, then choose the option by its accessible name.
-        element.click(timeout=timeout)
-        choice = page.get_by_role("option", name=option, exact=True)
-        if choice.count() == 0:
-            raise StepFailed(f"the dropdown {step.target.describe()} has no option '{option}'")
-        choice.first.click(timeout=timeout)
-
-    def wait_for(self, page: Page, step: WaitForStep, timeout: float) -> None:
-        if step.network_idle:
-            page.wait_for_load_state("networkidle", timeout=timeout)
-            return
-        # Polled rather than left to Playwright, so that a refusal the portal shows meanwhile
-        # ends the wait in its words (and a waited-for text never matches inside it).
-        clock = time.monotonic()
-        while True:
-            new = self._new_refusals(self._baseline)
-            if new:
-                raise Refused("; ".join(new))
-            if self._waited(page, step):
-                return
-            if (time.monotonic() - clock) * 1000 >= timeout:
-                break
-            page.wait_for_timeout(100)
-        if step.target is not None:
-            raise PlaywrightTimeout(
-                f"waiting for {step.target.describe()} to be {step.state}: timed out"
-            )
-        if step.url is not None:
-            pattern = self.text(step.url)
-            raise StepFailed(f"the address did not come to match {pattern} (it is {page.url})")
-        raise StepFailed(f"the page did not show '{self.text(str(step.text))}' on {page.url}")
-
-    def _waited(self, page: Page, step: WaitForStep) -> bool:
-        try:
-            if step.target is not None:
-                visible = self.locate(page, step.target).first.is_visible()
-                return visible == (step.state == "visible")
-            if step.url is not None:
-                return _glob_match(page.url, self.text(step.url))
-            return page.get_by_text(self.text(str(step.text))).first.is_visible()
-        except PlaywrightTimeout:
-            return False
-        except PlaywrightError as exc:
-            if "context was destroyed" in str(exc) or "navigat" in str(exc):
-                return False  # between two documents: look again
-            raise
-
-    def extract_field(self, page: Page, extract: ExtractField, timeout: float) -> Any:
-        # A rows target matches every row: many matches are the point, not an ambiguity.
-        element = self.locate(page, extract.target, strict=extract.kind != "rows")
-        if extract.kind == "rows":
-            rows = []
-            for row in element.all():
-                rows.append(
-                    {
-                        name: _clean(self.locate(row, target).first.inner_text(timeout=timeout))
-                        for name, target in (extract.columns or {}).items()
-                    }
-                )
-            return rows
-        if extract.kind == "attribute":
-            value = element.get_attribute(str(extract.attribute), timeout=timeout)
-            if value is None:
-                raise StepFailed(
-                    f"{extract.target.describe()} has no attribute '{extract.attribute}'"
-                )
-            return value
-        text = _clean(element.inner_text(timeout=timeout))
-        if extract.kind == "text":
-            return text
-        if extract.kind in ("number", "money"):
-            return str(_parse_number(text, extract.name))
-        return _parse_date(text, extract.date_format, extract.name)
-
-    def check_outcome(self, page: Page, check: Any) -> str | None:
-        if isinstance(check, TextCheck):
-            present = page.get_by_text(check.text).count() > 0
-            if check.kind == "text_present" and not present:
-                return f"the page does not show '{check.text}' ({page.url})"
-            if check.kind == "text_absent" and present:
-                return f"the page shows '{check.text}' ({page.url})"
-            return None
-        if isinstance(check, UrlCheck):
-            if not _glob_match(page.url, check.pattern):
-                return f"the address {page.url} does not match {check.pattern}"
-            return None
-        if isinstance(check, CountCheck):
-            count = self.locate(page, check.target, strict=False).count()
-            if not _compare(count, check.op, check.count):
-                return (
-                    f"found {count} of {check.target.describe()}, expected {check.op} {check.count}"
-                )
-            return None
-        assert isinstance(check, CompareCheck)
-        left, right = self._operand(check.left), self._operand(check.right)
-        if not _compare(left, check.op, right):
-            return f"{check.left} ({left}) {check.op} {check.right} ({right}) is not true"
-        return None
-
-    def _operand(self, text: str) -> Any:
-        namespace, _, name = text.partition(".")
-        if namespace == "outputs" and name in self.outputs:
-            return self.outputs[name]
-        if namespace == "params" and name in self.plan.inputs:
-            return self.plan.inputs[name]
-        if namespace in ("outputs", "params"):
-            raise StepFailed(f"{text} has no value in this run")
-        return text
 
     # Targets, text and files -----------------------------------------------------------------
 
@@ -1508,60 +1381,6 @@ def _clean(text: str) -> str:
 
 def _plain(value: Any) -> str:
     return str(value) if value is not None else ""
-
-
-def _parse_number(text: str, name: str) -> Decimal:
-    # "EUR 1,234.50", "1.234,50 €", "-12.00": keep the digits and the last decimal separator.
-    digits = re.sub(r"[^\d,.\-]", "", text)
-    if "," in digits and "." in digits:
-        decimal_sep = "," if digits.rfind(",") > digits.rfind(".") else "."
-        thousands = "." if decimal_sep == "," else ","
-        digits = digits.replace(thousands, "").replace(decimal_sep, ".")
-    elif "," in digits:
-        head, _, tail = digits.rpartition(",")
-        digits = f"{head.replace(',', '')}.{tail}" if len(tail) != 3 else digits.replace(",", "")
-    try:
-        return Decimal(digits)
-    except InvalidOperation:
-        raise StepFailed(f"'{text}' is not a number (extracting {name})") from None
-
-
-def _parse_date(text: str, date_format: str | None, name: str) -> str:
-    formats = (
-        [date_format]
-        if date_format
-        else ["%Y-%m-%d", "%d %b %Y", "%d.%m.%Y", "%d/%m/%Y", "%b %d, %Y"]
-    )
-    for candidate in formats:
-        try:
-            return datetime.strptime(text, candidate).date().isoformat()
-        except ValueError:
-            continue
-    raise StepFailed(f"'{text}' is not a date (extracting {name})")
-
-
-def _glob_match(url: str, pattern: str) -> bool:
-    # Playwright-style globs: ** crosses slashes; fnmatch's * already does, so both map to it.
-    return fnmatch.fnmatchcase(url, pattern.replace("**", "*"))
-
-
-def _compare(left: Any, op: str, right: Any) -> bool:
-    if op == "contains":
-        return str(right) in str(left)
-    try:
-        a: Any = Decimal(str(left).replace(",", ""))
-        b: Any = Decimal(str(right).replace(",", ""))
-    except InvalidOperation:
-        a, b = str(left), str(right)
-    operations: dict[str, Callable[[Any, Any], bool]] = {
-        "==": lambda x, y: x == y,
-        "!=": lambda x, y: x != y,
-        "<": lambda x, y: x < y,
-        "<=": lambda x, y: x <= y,
-        ">": lambda x, y: x > y,
-        ">=": lambda x, y: x >= y,
-    }
-    return operations[op](a, b)
 
 
 def _safe_filename(name: str) -> str:

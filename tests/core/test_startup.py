@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BROWSER_SIDE = (
-    "playwright",
+    "playwright.sync_api",
     "sessions.engine.runner",
     "sessions.services.execution",
     "sessions.services.baking",
