@@ -30,7 +30,7 @@ from pandaweb.core.dispatch import dispatch, task_named
 from pandaweb.core.roles import Capability, Role
 from pandaweb.reviewers.notify import ApprovalEvent, notify
 from pandaweb.webhooks.services import outbox_record_approval
-from sessions.engine import observation as observing
+from sessions.engine.pictures import outline_target
 from sessions.models import Run
 from sessions.services.records import lock_run
 from sessions.services.runstate import destroy_sandbox, host_queue, run_files_dir, transition
@@ -66,7 +66,7 @@ def approval_open(*, run: Run, gate: Any, previous: ApprovalRequest | None) -> A
     screenshot_path.write_bytes(gate.screenshot)
     box = (evidence.get("target") or {}).get("box")
     outlined = (
-        observing.outline_target(gate.screenshot, (box["x"], box["y"], box["width"], box["height"]))
+        outline_target(gate.screenshot, (box["x"], box["y"], box["width"], box["height"]))
         if box
         else gate.screenshot
     )

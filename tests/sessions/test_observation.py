@@ -11,20 +11,10 @@ from playwright.sync_api import Browser, FloatRect, Page, Route, StorageState, e
 
 from pandaweb.demo_portal.server import PortalServer, make_server
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
-from sessions.engine.observation import (
-    MASK,
-    Box,
-    Element,
-    Observation,
-    PageWatch,
-    interactive_controls,
-    observe,
-    outline_target,
-    overlay,
-    parse_snapshot,
-    take,
-    thumbnail,
-)
+from sessions.engine.aria_snapshot import parse_snapshot
+from sessions.engine.observation import Element, Observation, PageWatch, observe, take
+from sessions.engine.pictures import outline_target, overlay, thumbnail
+from sessions.engine.reading import MASK, Box, interactive_controls
 
 CANARY = "CANARY-7f3a9c-do-not-leak"
 
