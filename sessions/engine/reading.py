@@ -90,8 +90,6 @@ class Builder:
         self.redact = redactor
         self.items: list[Pending] = []
         self.seen_messages: set[tuple[str, str]] = set()
-        # Fields whose value holds a secret: masked in the screenshot too.
-        self.secret_refs: list[str] = []
 
     def visit(
         self,
@@ -228,8 +226,6 @@ class Builder:
             # tells too much.
             secret = self.redact.touches(raw)
             value = MASK if secret else _clip(raw, VALUE_LIMIT)
-            if secret and node.ref:
-                self.secret_refs.append(node.ref)
         state = tuple(_states(node))
         return Pending(
             ref=node.ref,
