@@ -285,6 +285,8 @@ def approval_target_crop(approval: ApprovalRequest) -> str:
     if not cropped.is_file():
         if not outlined.is_file():
             return ""
+        # Here, not at the top: every page's process imports the selectors, and none needs
+        # Pillow until a close-up is first cut (the web side's imports stay free of it).
         from approvals.crop import crop_around
 
         # Written to a temporary name and renamed, so two viewers never serve half a file.

@@ -36,6 +36,7 @@ from sessions.engine.outcomes import (
     ResponseWatch,
     visible_refusals,
 )
+from sessions.engine.pictures import outline_target
 from sessions.engine.steps.ask import AskStep, ask_audience
 from sessions.engine.steps.assertion import AssertStep
 from sessions.engine.steps.base import (
@@ -254,7 +255,7 @@ class Gate:
     def of(cls, evidence: dict[str, Any], screenshot: bytes, changes: tuple[str, ...] = ()) -> Gate:
         box = (evidence.get("target") or {}).get("box")
         outlined = (
-            observing.outline_target(screenshot, (box["x"], box["y"], box["width"], box["height"]))
+            outline_target(screenshot, (box["x"], box["y"], box["width"], box["height"]))
             if box
             else screenshot
         )
