@@ -51,7 +51,7 @@ class ApprovalRefused(Exception):
 
 
 class Gate(Protocol):
-    """What the runner hands over at an irreversible step (``sessions.engine.runner.Gate``)."""
+    """What the runner hands over at an irreversible step (``sessions.engine.plan.Gate``)."""
 
     @property
     def evidence(self) -> dict[str, Any]: ...

@@ -118,6 +118,7 @@ def install_profiling() -> None:
 
 
 def profiled_runner_class() -> type[Any]:
+    from sessions.engine import capturing
     from sessions.engine.runner import Runner
 
     class ProfiledRunner(Runner):
@@ -139,14 +140,18 @@ def profiled_runner_class() -> type[Any]:
                 PROFILE.add("act", time.perf_counter() - t0)
                 PROFILE.phase = ""
 
-        def _capture(self, record: Any, *, touched_page: bool, watch: bool = True) -> None:
-            assert PROFILE is not None
-            PROFILE.phase = "capture"
-            try:
-                super()._capture(record, touched_page=touched_page, watch=watch)
-            finally:
-                PROFILE.phase = ""
+    # The runner captures through the module's function: the phase is set around it there.
+    capture = capturing.capture
 
+    def capture_phase(runner: Any, record: Any, *, touched_page: bool, watch: bool = True) -> None:
+        assert PROFILE is not None
+        PROFILE.phase = "capture"
+        try:
+            capture(runner, record, touched_page=touched_page, watch=watch)
+        finally:
+            PROFILE.phase = ""
+
+    capturing.capture = capture_phase
     return ProfiledRunner
 
 
@@ -198,7 +203,8 @@ def recorded_run(
     *,
     artifacts_dir: str | None = None,
 ) -> dict[str, float]:
-    from sessions.engine.runner import Runner, RunPlan
+    from sessions.engine.plan import RunPlan
+    from sessions.engine.runner import Runner
 
     run_id = persistence.new_run(workflow.inputs)
     plan = RunPlan(

@@ -31,7 +31,7 @@ from channels.layers import InMemoryChannelLayer, channel_layers, get_channel_la
 from django.conf import settings
 
 from sessions.engine.filmstrip import filmstrip_append
-from sessions.engine.runner import HandBack
+from sessions.engine.plan import HandBack
 from sessions.engine.screencast import UNREADABLE_DIALOG, BrowserTap, CdpError, Dialog, Frame
 from sessions.engine.vocabulary import MASK
 from sessions.events import (

@@ -15,8 +15,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from sessions import selectors
+from sessions.engine.plan import RunPlan, SessionCheck
 from sessions.engine.proxy import EgressPolicy, EgressProxy
-from sessions.engine.runner import Runner, RunPlan, SessionCheck
+from sessions.engine.runner import Runner
 from sessions.engine.sandbox.backends import get_backend
 from sessions.engine.sandbox.base import SandboxError, SandboxSpec
 from sessions.engine.vocabulary import MASK, PUBLIC_CREDENTIAL_FIELDS, STALE_SESSION

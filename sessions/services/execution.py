@@ -16,14 +16,8 @@ from approvals.models import ApprovalRequest, Question
 from approvals.questions import question_open, question_take_answer
 from approvals.services import approval_open, approval_void_pending
 from sessions.engine.driver import Connection, connect_timeout_ms
-from sessions.engine.runner import (
-    Answer,
-    Runner,
-    RunPlan,
-    SessionCheck,
-    secret_targets,
-    secret_values_of,
-)
+from sessions.engine.plan import Answer, RunPlan, SessionCheck, secret_targets, secret_values_of
+from sessions.engine.runner import Runner
 from sessions.engine.sandbox.backends import get_backend
 from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.engine.sandbox.egress import Egress, EgressError

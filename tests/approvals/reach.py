@@ -21,7 +21,7 @@ from pytest_django.fixtures import Settings
 from approvals import services as approvals
 from approvals.models import ApprovalRequest
 from sessions import services
-from sessions.engine.runner import Gate
+from sessions.engine.plan import Gate
 from sessions.models import Run
 from tests.approvals.fake_slack import FakeSlack
 from tests.sessions.conftest import EXAMPLE, publish

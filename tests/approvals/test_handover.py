@@ -24,7 +24,7 @@ from approvals import services as approvals
 from approvals.models import ApprovalComment, ApprovalDecision, ApprovalRequest, ReviewerAbsence
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Capability, Role
-from sessions.engine.runner import Gate
+from sessions.engine.plan import Gate
 from sessions.tasks import runs_reap_task
 from tests.approvals.test_services import decide, parked
 from tests.factories import user_with_role

@@ -39,7 +39,8 @@ from pandaweb.audit.triggers import append_only_suspended
 from pandaweb.browser import HEADLESS_ARGS, find_chromium
 from pandaweb.core.roles import Role
 from sessions import services
-from sessions.engine.runner import ArtifactFile, Gate, StepRecord
+from sessions.engine.plan import Gate
+from sessions.engine.steps.base import ArtifactFile, StepRecord
 from sessions.models import Run, StepResult
 from sessions.services import writer
 from tests.factories import user_with_role

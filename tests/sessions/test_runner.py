@@ -444,8 +444,9 @@ class RecordingSink:
 
 
 def test_the_run_time_limit_expires_the_run_mid_step(portal: str, tmp_path: Path) -> None:
+    from sessions.engine.plan import RunPlan
     from sessions.engine.proxy import EgressPolicy, EgressProxy
-    from sessions.engine.runner import Runner, RunPlan
+    from sessions.engine.runner import Runner
     from sessions.engine.sandbox import SandboxSpec, get_backend
 
     backend = get_backend("local")
@@ -547,8 +548,9 @@ def test_a_read_only_step_on_an_unchanged_page_takes_no_new_evidence(
 ) -> None:
     from sessions.engine import observation as observing
     from sessions.engine import recording
+    from sessions.engine.plan import RunPlan
     from sessions.engine.proxy import EgressPolicy, EgressProxy
-    from sessions.engine.runner import Runner, RunPlan
+    from sessions.engine.runner import Runner
     from sessions.engine.sandbox import SandboxSpec, get_backend
 
     taken: list[str] = []

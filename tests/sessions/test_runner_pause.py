@@ -12,8 +12,9 @@ import pytest
 import time_machine
 
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
+from sessions.engine.plan import HandBack, RunOutcome, RunPlan
 from sessions.engine.proxy import EgressPolicy, EgressProxy
-from sessions.engine.runner import HandBack, Runner, RunOutcome, RunPlan
+from sessions.engine.runner import Runner
 from sessions.engine.sandbox import Sandbox, SandboxSpec, get_backend
 from tests.sessions.test_runner import RecordingSink
 

@@ -430,7 +430,7 @@ def test_beat_and_the_housekeeping_thread_know_the_periodic_tasks() -> None:
 def opened_request() -> ApprovalRequest:
     """A running run reaching its gate as the runner does: the request opens, the run waits."""
     from approvals.services import approval_open
-    from sessions.engine.runner import Gate
+    from sessions.engine.plan import Gate
     from tests.approvals.reach import png
 
     run = ApprovalRequestFactory.create().run

@@ -62,6 +62,7 @@ CHECK_KINDS: tuple[str, ...] = tuple(
 class AssertStep(StepBase):
     type: Literal["assert"]
     label: ClassVar[str] = "Check the outcome"
+    touches_page: ClassVar[bool] = False
     editor_fields: ClassVar[tuple[str, ...]] = ("checks_text",)
     checks: list[Check] = Field(min_length=1, max_length=50)
 

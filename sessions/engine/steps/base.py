@@ -37,6 +37,8 @@ class StepBase(Strict):
     # The fields a secret or a one-time code may be typed from: anywhere else they would end up
     # in observations, events and screenshots.
     secret_fields: ClassVar[tuple[str, ...]] = ()
+    # Whether the step sends the page input (a read-only step can reuse the evidence before it).
+    touches_page: ClassVar[bool] = True
     # Whether the step may be marked irreversible (and so wait for an approval and an outcome).
     can_be_irreversible: ClassVar[bool] = True
     # Whether a target that reads like "Pay" or "Delete" on a step not marked irreversible is

@@ -49,6 +49,7 @@ class ExtractField(Strict):
 class ExtractStep(StepBase):
     type: Literal["extract"]
     label: ClassVar[str] = "Extract values"
+    touches_page: ClassVar[bool] = False
     in_session: ClassVar[bool] = False
     editor_fields: ClassVar[tuple[str, ...]] = ("fields_text",)
     fields: list[ExtractField] = Field(min_length=1, max_length=50)

@@ -13,6 +13,7 @@ from sessions.engine.steps.language import IDENTIFIER
 class ScreenshotStep(StepBase):
     type: Literal["screenshot"]
     label: ClassVar[str] = "Screenshot"
+    touches_page: ClassVar[bool] = False
     in_session: ClassVar[bool] = False
     editor_fields: ClassVar[tuple[str, ...]] = ("name", "full_page")
     name: str = Field(pattern=IDENTIFIER)

@@ -17,6 +17,7 @@ WAIT_LIMIT_SECONDS = 60
 class WaitStep(StepBase):
     type: Literal["wait"]
     label: ClassVar[str] = "Pause"
+    touches_page: ClassVar[bool] = False
     editor_fields: ClassVar[tuple[str, ...]] = ("seconds",)
     seconds: float
 

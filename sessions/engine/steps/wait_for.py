@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 class WaitForStep(StepBase):
     type: Literal["wait_for"]
     label: ClassVar[str] = "Wait for"
+    touches_page: ClassVar[bool] = False
     editor_fields: ClassVar[tuple[str, ...]] = ("condition", "target_optional", "url", "text")
     target: Target | None = None
     state: Literal["visible", "hidden"] = "visible"

@@ -19,7 +19,8 @@ steps.register(hover.KIND)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pandaweb.settings")
 django.setup()
 
-from sessions.engine.runner import Runner, RunPlan  # noqa: E402
+from sessions.engine.plan import RunPlan  # noqa: E402
+from sessions.engine.runner import Runner  # noqa: E402
 from sessions.engine.steps.language import Target  # noqa: E402
 from workflows.fileformat import dump_document, load_document  # noqa: E402
 from workflows.forms import StepForm  # noqa: E402
