@@ -19,6 +19,12 @@ urlpatterns = [
     path("<int:run_id>/cancel/", views.run_cancel, name="cancel"),
     path("<int:run_id>/reconcile/", views.run_reconcile, name="reconcile"),
     path("<int:run_id>/steps/<int:index>/", views.step_detail, name="step"),
+    path("<int:run_id>/steps/<int:index>/heal/", views.step_heal, name="heal"),
+    path(
+        "<int:run_id>/steps/<int:index>/heal/<int:number>.png",
+        views.step_heal_picture,
+        name="heal_picture",
+    ),
     path("<int:run_id>/files/<path:path>", views.run_file, name="file"),
     path("session-templates/<slug:slug>/", views.session_template, name="session_template"),
     path(

@@ -15,10 +15,11 @@ from django_htmx.http import HttpResponseClientRefresh
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
-from sessions import console, console_views, rendering, selectors, services
+from sessions import console, console_views, healing_services, rendering, selectors, services
 from sessions.engine.filmstrip import filmstrip_frames
 from sessions.forms import LaunchForm
 from workflows import selectors as workflow_selectors
+from workflows import services as workflow_services
 from workflows.models import Workflow
 from workflows.schema import Parameter
 
@@ -95,7 +96,14 @@ def step_detail(request: AuthenticatedRequest, run_id: int, index: int) -> HttpR
     step = run.step_results.filter(index=index).first()
     if step is None:
         raise Http404("no such step")
-    context = {"run": run, "step": step, "evidence": console.step_evidence(run, step)}
+    context = {
+        "run": run,
+        "step": step,
+        "evidence": console.step_evidence(run, step),
+        "can_heal": step.status == step.Status.FAILED
+        and bool(step.observation)
+        and user_can(request.user, Capability.AUTHOR_WORKFLOWS),
+    }
     return render(request, "sessions/step.html", context)
 
 
@@ -196,3 +204,63 @@ def session_template_bake(request: AuthenticatedRequest, slug: str) -> HttpRespo
     if request.htmx and context["panel"] is not None:
         return render(request, "sessions/partials/_session_template.html", context)
     return redirect("workflows:detail", slug=slug)
+
+
+# Healing a failed step's target -------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@capability_required(Capability.AUTHOR_WORKFLOWS)
+def step_heal(request: AuthenticatedRequest, run_id: int, index: int) -> HttpResponse:
+    run = selectors.run_get(run_id)
+    result = run.step_results.filter(index=index).first()
+    if result is None:
+        raise Http404("no such step")
+    try:
+        proposal = healing_services.heal_proposal(
+            run, result, request.POST.get("field") or request.GET.get("field", "")
+        )
+    except healing_services.HealingUnavailable as exc:
+        messages.error(request, f"This step cannot be healed: {exc}.")
+        return redirect("runs:step", run_id=run.pk, index=index)
+    errors: dict[str, list[str]] = {}
+    if request.method == "POST":
+        number = request.POST.get("number", "")
+        try:
+            healing_services.heal_apply(
+                proposal=proposal,
+                user=request.user,
+                number=int(number) if number.isdigit() else None,
+                written=request.POST.get("target", ""),
+                confirm=request.POST.get("confirm", ""),
+            )
+        except workflow_services.WorkflowError as exc:
+            errors = exc.field_errors or {"": [str(exc)]}
+        else:
+            messages.success(
+                request,
+                f"The draft now points step '{proposal.step.id}' at the new target. Review it "
+                "and publish: runs use it from the next version.",
+            )
+            return redirect("workflows:detail", slug=run.version.workflow.slug)
+    context = {"run": run, "result": result, "proposal": proposal, "errors": errors}
+    return render(request, "sessions/heal.html", context, status=400 if errors else 200)
+
+
+@require_GET
+@capability_required(Capability.AUTHOR_WORKFLOWS)
+def step_heal_picture(
+    request: AuthenticatedRequest, run_id: int, index: int, number: int
+) -> HttpResponse:
+    run = selectors.run_get(run_id)
+    result = run.step_results.filter(index=index).first()
+    if result is None:
+        raise Http404("no such step")
+    try:
+        proposal = healing_services.heal_proposal(run, result, request.GET.get("field", ""))
+        picture = healing_services.candidate_picture(proposal, number)
+    except healing_services.HealingUnavailable as exc:
+        raise Http404(str(exc)) from None
+    response = HttpResponse(picture, content_type="image/png")
+    response["Cache-Control"] = "private, max-age=300"
+    return response

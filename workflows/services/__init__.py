@@ -25,6 +25,7 @@ from workflows.services.editing import (
     step_duplicate,
     step_move,
     step_save,
+    step_target_heal,
 )
 from workflows.services.errors import WorkflowError
 from workflows.services.files import ImportRefused, version_export, workflow_import
@@ -58,6 +59,7 @@ __all__ = [
     "step_duplicate",
     "step_move",
     "step_save",
+    "step_target_heal",
     "vault",
     "version_export",
     "workflow_create",

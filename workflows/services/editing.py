@@ -348,3 +348,54 @@ def parameter_delete(*, workflow_id: int, user: User, index: int, name: str) -> 
         extra={"draft": draft.pk},
     )
     return draft
+
+
+@transaction.atomic
+def step_target_heal(
+    *,
+    workflow_id: int,
+    user: User,
+    step_id: str,
+    field: str,
+    target: dict[str, Any],
+    note: str,
+    confirm: str = "",
+) -> WorkflowVersion:
+    """Point a step's target (``field``: ``target``, or a login's ``username``, ``password`` or
+    ``submit``) at another element, in the draft (created from the latest version when there is
+    none). ``note`` says why, for the audit trail and the publish message; nothing runs with it
+    until a person publishes. An irreversible step changes only with ``confirm`` equal to its id.
+    """
+    workflow, draft = editable_draft(workflow_id)
+    steps = _steps_of(draft, session=False)
+    index = next((i for i, s in enumerate(steps) if s.get("id") == step_id), None)
+    if index is None:
+        raise WorkflowError(f"the draft has no step '{step_id}' any more: edit it by hand")
+    before = steps[index]
+    if not isinstance(before.get(field), dict):
+        raise WorkflowError(f"step '{step_id}' has no target '{field}'")
+    if before.get("irreversible") and confirm.strip() != step_id:
+        raise WorkflowError(
+            "confirm",
+            {
+                "confirm": [
+                    f"step '{step_id}' is irreversible: type its id to confirm that the "
+                    "reviewers will approve clicking the new target"
+                ]
+            },
+        )
+    step = _step_dump(validate_step({**before, field: target}))
+    steps[index] = step
+    _put_steps(draft, steps, session=False)
+    draft.message = note
+    draft.save(update_fields=["message", "updated_at"])
+    audit_record(
+        action="workflow.step_healed",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        before={field: before[field]},
+        after={field: step[field]},
+        extra={"draft": draft.pk, "step": step_id, "note": note},
+    )
+    return draft

@@ -1,0 +1,110 @@
+"""Healing a failed step's target, confirmed by a person.
+
+A run failed because a target matched nothing or several elements. The failed step's recorded
+observation is what the page showed: its elements are ranked as candidates
+(``sessions.engine.healing``), each outlined on the step's screenshot. A person picks one, or
+writes a target of their own, and the workflow's draft gets the change, with a publish message
+naming the failed run. Nothing changes at run time and nothing runs until the draft is published.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from sessions.engine.healing import Candidate, heal_candidates
+from sessions.engine.pictures import outline_target
+from sessions.engine.steps.base import StepBase
+from sessions.engine.steps.language import Target
+from sessions.models import Run, StepResult
+from sessions.services.runstate import run_files_dir
+from workflows import services as workflow_services
+from workflows.models import WorkflowVersion
+from workflows.schema import STEP_ADAPTER
+
+
+class HealingUnavailable(Exception):
+    """This step cannot be healed from here; the message says why, for people."""
+
+
+@dataclass(frozen=True)
+class HealProposal:
+    run: Run
+    result: StepResult
+    step: StepBase
+    # The step's targets by field (``target``; a login's ``username``, ``password``, ``submit``).
+    targets: dict[str, Target]
+    field: str
+    candidates: list[Candidate]
+
+    @property
+    def target(self) -> Target:
+        return self.targets[self.field]
+
+
+def heal_proposal(run: Run, result: StepResult, field: str = "") -> HealProposal:
+    """The candidates for one of a failed step's targets (its first when ``field`` is empty)."""
+    if result.status != StepResult.Status.FAILED:
+        raise HealingUnavailable("only a failed step is healed")
+    steps = run.version.steps or []
+    if result.index >= len(steps):
+        raise HealingUnavailable("the run's version has no such step")
+    step = STEP_ADAPTER.validate_python(steps[result.index])
+    targets = {name: value for name, value in step.__dict__.items() if isinstance(value, Target)}
+    if not targets:
+        raise HealingUnavailable(f"a {step.label.lower()} step has no target to heal")
+    chosen = field or next(iter(targets))
+    if chosen not in targets:
+        raise HealingUnavailable(f"step '{step.id}' has no target '{chosen}'")
+    elements: list[dict[str, Any]] = (result.observation or {}).get("elements") or []
+    candidates = heal_candidates(targets[chosen], elements)
+    return HealProposal(run, result, step, targets, chosen, candidates)
+
+
+def heal_apply(
+    *,
+    proposal: HealProposal,
+    user: User,
+    number: int | None = None,
+    written: str = "",
+    confirm: str = "",
+) -> WorkflowVersion:
+    """Put the candidate ``number`` (or the ``written`` target, in the editor's one-line form)
+    into the workflow's draft. Raises ``workflow_services.WorkflowError`` in people's words."""
+    if number is not None:
+        chosen = next((c.target for c in proposal.candidates if c.number == number), None)
+        if chosen is None:
+            raise workflow_services.WorkflowError(f"element [{number}] is not a candidate")
+    else:
+        try:
+            chosen = Target.from_compact(written)
+        except ValueError as exc:
+            raise workflow_services.WorkflowError("target", {"target": [str(exc)]}) from None
+    step = proposal.step
+    note = (
+        f"Step '{step.id}': {proposal.target.describe()} → {chosen.describe()}, "
+        f"after run #{proposal.run.pk} failed"
+    )
+    return workflow_services.step_target_heal(
+        workflow_id=proposal.run.version.workflow_id,
+        user=user,
+        step_id=step.id,
+        field=proposal.field,
+        target=chosen.model_dump(exclude_defaults=True),
+        note=note[:500],
+        confirm=confirm,
+    )
+
+
+def candidate_picture(proposal: HealProposal, number: int) -> bytes:
+    """The failed step's screenshot with candidate ``number`` outlined (PNG)."""
+    candidate = next((c for c in proposal.candidates if c.number == number), None)
+    if candidate is None or candidate.box is None or not proposal.result.screenshot:
+        raise HealingUnavailable("no picture of this element")
+    path = run_files_dir(proposal.run.pk) / proposal.result.screenshot
+    if not path.is_file():
+        raise HealingUnavailable("the step's screenshot is gone (retention)")
+    box = candidate.box
+    return outline_target(path.read_bytes(), (box["x"], box["y"], box["width"], box["height"]))

@@ -1,0 +1,67 @@
+"""Healing candidates for a target that no longer matches, from a failed step's observation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sessions.engine.healing import heal_candidates
+from sessions.engine.steps.language import Target
+
+
+def element(number: int, role: str, name: str) -> dict[str, Any]:
+    box = {"x": 10.0 * number, "y": 20.0, "width": 80.0, "height": 24.0}
+    return {"number": number, "role": role, "name": name, "box": box, "interactive": True}
+
+
+PAGE = [
+    element(1, "heading", "Invoice INV-1040"),
+    element(2, "textbox", "IBAN (international)"),
+    element(3, "button", "Cancel"),
+    element(4, "button", "Submit the payment"),
+    element(5, "link", "Payment terms"),
+]
+
+
+def test_a_renamed_button_is_proposed_first_with_the_reasons_in_words() -> None:
+    found = heal_candidates(Target(role="button", name="Submit payment"), PAGE)
+
+    best = found[0]
+    assert (best.number, best.target) == (
+        4,
+        Target(role="button", name="Submit the payment", exact=True),
+    )
+    assert best.matches == 1
+    assert best.reasons[0] == "the same kind of element (button)"
+    assert any("% like 'Submit payment'" in reason for reason in best.reasons)
+    assert "its name shares 'payment', 'submit'" in best.reasons
+    # A button of another name is no candidate: the kind of element alone is not enough.
+    assert 3 not in [c.number for c in found]
+
+
+def test_a_renamed_label_stays_a_label() -> None:
+    [best, *_] = heal_candidates(Target(label="IBAN"), PAGE)
+
+    assert best.target == Target(label="IBAN (international)", exact=True)
+    assert "the same kind of element (textbox)" in best.reasons
+
+
+def test_two_elements_with_one_name_are_told_apart_by_their_place() -> None:
+    page = [element(1, "button", "Pay"), element(2, "button", "Pay"), element(3, "link", "Help")]
+
+    found = heal_candidates(Target(role="button", name="Pay invoice"), page)
+
+    assert [c.target.nth for c in found] == [0, 1]
+    assert "number 2 of 2 elements with this name" in found[1].reasons
+    assert all(c.matches == 1 for c in found)
+
+
+def test_a_page_with_nothing_alike_proposes_nothing() -> None:
+    page = [element(1, "link", "Home"), element(2, "heading", "Welcome")]
+
+    assert heal_candidates(Target(role="button", name="Submit payment"), page) == []
+
+
+def test_unnamed_elements_are_never_proposed() -> None:
+    page = [element(1, "button", ""), {"number": 2, "role": "button", "name": None}]
+
+    assert heal_candidates(Target(role="button", name="Submit"), page) == []

@@ -1,0 +1,171 @@
+"""Healing from a failed step's page: candidates from what the step saw, a person's pick into the
+draft (never into a running version), an extra confirmation for an irreversible step."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+from PIL import Image
+
+from pandaweb.audit.models import AuditEvent
+from pandaweb.core.roles import Role
+from sessions import services
+from sessions.models import Run, StepResult
+from tests.factories import user_with_role
+from tests.patching import patch_dispatch
+from workflows.models import Workflow, WorkflowVersion
+
+# The indexes of two steps of the demo workflow (workflows/examples/acme-pay-invoice.yaml).
+REVIEW, SUBMIT = 11, 13
+
+
+def element(number: int, role: str, name: str) -> dict[str, Any]:
+    box = {"x": 40.0 * number, "y": 100.0, "width": 120.0, "height": 30.0}
+    return {"number": number, "role": role, "name": name, "box": box, "interactive": True}
+
+
+def failed_at(
+    operator: User,
+    workflow: Workflow,
+    index: int,
+    step_id: str,
+    names: list[str],
+    role: str = "button",
+) -> Run:
+    """A run of ``workflow`` that failed at step ``index`` on a page with ``role`` elements
+    named ``names``."""
+    run = services.run_launch(
+        workflow_id=workflow.pk,
+        user=operator,
+        raw_inputs={"invoice": "INV-1001", "amount": "12.00"},
+    )
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.FAILED, failure_step=step_id, finished_at=timezone.now()
+    )
+    picture = io.BytesIO()
+    Image.new("RGB", (1280, 720), "white").save(picture, format="JPEG")
+    directory = services.run_files_dir(run.pk) / "steps"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "shot.jpg").write_bytes(picture.getvalue())
+    StepResult.objects.create(
+        run=run, index=index, step_id=step_id, step_type="click", sentence=step_id,
+        status=StepResult.Status.FAILED, started_at=timezone.now(), duration_ms=10_000,
+        error="no button named 'Review payment' on http://127.0.0.1:8001/pay",
+        screenshot="steps/shot.jpg",
+        observation={"elements": [element(i + 1, role, n) for i, n in enumerate(names)]},
+    )  # fmt: skip
+    return run
+
+
+@pytest.fixture(autouse=True)
+def runs_stay_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These runs are put in their failed state by hand: nothing executes them."""
+    patch_dispatch(monkeypatch, lambda task, **kwargs: None)
+
+
+@pytest.fixture
+def author(operator: User) -> Client:
+    client = Client()
+    client.force_login(operator)
+    return client
+
+
+def draft_step(workflow: Workflow, step_id: str) -> dict[str, Any]:
+    draft = workflow.versions.get(status=WorkflowVersion.Status.DRAFT)
+    return next(s for s in draft.steps if s["id"] == step_id)
+
+
+def test_a_renamed_button_is_picked_on_the_failed_step_s_page_and_goes_into_a_draft(
+    operator: User, demo_workflow: Workflow, author: Client, run_files_in_tmp: Path
+) -> None:
+    run = failed_at(operator, demo_workflow, REVIEW, "review", ["Back", "Check the payment"])
+
+    page = author.get(f"/runs/{run.pk}/steps/{REVIEW}/")
+    assert f'href="/runs/{run.pk}/steps/{REVIEW}/heal/"' in page.content.decode()
+    page = author.get(f"/runs/{run.pk}/steps/{REVIEW}/heal/")
+    body = page.content.decode()
+    assert "the button &#x27;Review payment&#x27;" in body
+    assert "[2] button “Check the payment”" in body
+    assert "its name shares &#x27;payment&#x27;" in body
+    picture = author.get(f"/runs/{run.pk}/steps/{REVIEW}/heal/2.png")
+    assert picture["Content-Type"] == "image/png"
+    assert Image.open(io.BytesIO(picture.content)).getpixel((80, 98)) != (255, 255, 255)
+
+    answer = author.post(f"/runs/{run.pk}/steps/{REVIEW}/heal/", {"field": "target", "number": 2})
+
+    assert answer.status_code == 302
+    assert draft_step(demo_workflow, "review")["target"] == {
+        "role": "button",
+        "name": "Check the payment",
+        "exact": True,
+    }
+    # The run's own version, and every published one, are untouched.
+    run.version.refresh_from_db()
+    assert run.version.steps[REVIEW]["target"] == {"role": "button", "name": "Review payment"}
+    draft = demo_workflow.versions.get(status=WorkflowVersion.Status.DRAFT)
+    assert f"after run #{run.pk} failed" in draft.message
+    event = AuditEvent.objects.get(action="workflow.step_healed")
+    assert event.before == {"target": {"role": "button", "name": "Review payment"}}
+    assert event.actor == operator
+    detail = author.get(f"/workflows/{demo_workflow.slug}/").content.decode()
+    assert f'value="{draft.message}"'.replace("'", "&#x27;") in detail
+
+
+def test_an_irreversible_step_is_healed_only_when_its_id_is_typed(
+    operator: User, demo_workflow: Workflow, author: Client, run_files_in_tmp: Path
+) -> None:
+    run = failed_at(operator, demo_workflow, SUBMIT, "submit-payment", ["Pay the invoice now"])
+    url = f"/runs/{run.pk}/steps/{SUBMIT}/heal/"
+
+    assert "is irreversible" in author.get(url).content.decode()
+    refused = author.post(url, {"field": "target", "number": 1, "confirm": "yes"})
+    assert refused.status_code == 400
+    assert "type its id to confirm" in refused.content.decode()
+    assert not demo_workflow.versions.filter(status=WorkflowVersion.Status.DRAFT).exists()
+
+    author.post(url, {"field": "target", "number": 1, "confirm": "submit-payment"})
+
+    healed = draft_step(demo_workflow, "submit-payment")
+    assert healed["target"]["name"] == "Pay the invoice now"
+    assert healed["irreversible"] is True
+
+
+def test_a_written_target_is_checked_and_a_wrong_one_changes_nothing(
+    operator: User, demo_workflow: Workflow, author: Client, run_files_in_tmp: Path
+) -> None:
+    run = failed_at(operator, demo_workflow, REVIEW, "review", ["Back", "Help"], role="link")
+    url = f"/runs/{run.pk}/steps/{REVIEW}/heal/"
+
+    assert "Nothing on the page the step saw looks like" in author.get(url).content.decode()
+    refused = author.post(url, {"field": "target", "target": 'button "unclosed'})
+    assert refused.status_code == 400
+    assert "cannot read the target" in refused.content.decode()
+
+    author.post(url, {"field": "target", "target": 'button "Review the payment"'})
+    assert draft_step(demo_workflow, "review")["target"] == {
+        "role": "button",
+        "name": "Review the payment",
+    }
+
+
+def test_people_who_cannot_author_cannot_heal_and_a_step_that_succeeded_offers_nothing(
+    operator: User, demo_workflow: Workflow, run_files_in_tmp: Path
+) -> None:
+    run = failed_at(operator, demo_workflow, REVIEW, "review", ["Check the payment"])
+    reviewer = Client()
+    reviewer.force_login(user_with_role(Role.REVIEWERS, username="rita"))
+
+    assert reviewer.get(f"/runs/{run.pk}/steps/{REVIEW}/heal/").status_code == 403
+    page = reviewer.get(f"/runs/{run.pk}/steps/{REVIEW}/").content.decode()
+    assert "/heal/" not in page
+    StepResult.objects.filter(run=run).update(status=StepResult.Status.SUCCEEDED)
+    author = Client()
+    author.force_login(operator)
+    answer = author.get(f"/runs/{run.pk}/steps/{REVIEW}/heal/", follow=True)
+    assert "only a failed step is healed" in answer.content.decode()
