@@ -497,7 +497,11 @@ def _field(
 
 
 def pay_form_page(
-    user: User, invoice: Invoice, values: Mapping[str, str], errors: Mapping[str, str]
+    user: User,
+    invoice: Invoice,
+    values: Mapping[str, str],
+    errors: Mapping[str, str],
+    review_button: str,
 ) -> str:
     alert = (
         '<div class="alert error" role="alert">Please correct the errors below.</div>'
@@ -532,7 +536,7 @@ def pay_form_page(
     }
   {_field("reference", "Payment reference", values.get("reference", ""), errors)}
   <div class="actions">
-    <button class="btn" type="submit">Review payment</button>
+    <button class="btn" type="submit">{e(review_button)}</button>
     <a href="/invoices/{e(invoice.number)}">Cancel</a>
   </div>
 </form>"""

@@ -252,7 +252,7 @@ def pay_form(state: PortalState, request: Request, match: re.Match[str]) -> Resp
     if invoice.status == "paid":
         return html(pages.already_paid_page(_user(request), invoice))
     values = {"amount": f"{invoice.amount_due:.2f}", "iban": "", "reference": invoice.number}
-    return html(pages.pay_form_page(_user(request), invoice, values, {}))
+    return html(pages.pay_form_page(_user(request), invoice, values, {}, state.review_button))
 
 
 def review_payment(state: PortalState, request: Request, match: re.Match[str]) -> Response:
@@ -264,7 +264,7 @@ def review_payment(state: PortalState, request: Request, match: re.Match[str]) -
         return html(pages.already_paid_page(user, invoice))
     details, errors = validate_payment(request.form, invoice.amount_due, invoice.currency)
     if details is None:
-        return html(pages.pay_form_page(user, invoice, request.form, errors))
+        return html(pages.pay_form_page(user, invoice, request.form, errors, state.review_button))
     draft = state.create_draft(
         user.username, invoice.number, details.amount, details.iban, details.reference
     )
@@ -323,6 +323,15 @@ def api_reprice(state: PortalState, request: Request, match: re.Match[str]) -> R
 def api_reset(state: PortalState, request: Request, match: re.Match[str]) -> Response:
     state.reset()
     return json_response({"ok": True})
+
+
+def api_wording(state: PortalState, request: Request, match: re.Match[str]) -> Response:
+    """Test hook: the portal renames its pay form's button, as portals do between two runs."""
+    label = " ".join(str(request.form.get("review_button", "")).split())
+    if not label:
+        return json_response({"error": "give review_button"}, HTTPStatus.BAD_REQUEST)
+    state.review_button = label[:60]
+    return json_response({"review_button": state.review_button})
 
 
 def api_expire_sessions(state: PortalState, request: Request, match: re.Match[str]) -> Response:
@@ -489,6 +498,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", re.compile(r"/receipts/(?P<receipt>RCPT-[0-9]{4}-[0-9]{6})"), receipt),
     Route("GET", re.compile(r"/api/payments"), api_payments, login_required=False),
     Route("POST", re.compile(r"/api/reset"), api_reset, login_required=False),
+    Route("POST", re.compile(r"/api/wording"), api_wording, login_required=False),
     Route("POST", re.compile(r"/api/sessions/expire"), api_expire_sessions, login_required=False),
     Route("GET", re.compile(r"/api/drafts/(?P<token>[A-Za-z0-9_-]{1,64})"), api_draft),
     Route("POST", re.compile(r"/api/drafts/reprice"), api_reprice, login_required=False),
