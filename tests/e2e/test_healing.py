@@ -58,7 +58,9 @@ def test_a_renamed_button_is_healed_from_the_failed_step_and_the_next_version_ru
     expect(best.get_by_role("heading")).to_contain_text("button “Check the payment”")
     expect(best).to_contain_text("finds 1 element on that page")
     picture = best.get_by_role("img")
-    expect(picture).to_be_visible()
+    picture.scroll_into_view_if_needed()
+    # Drawn on request: the step's screenshot with this element outlined.
+    page.wait_for_function("img => img.complete", arg=picture.element_handle())
     assert picture.evaluate("img => img.naturalWidth") > 0
     heal_url = page.url
     for size, name in ((DESKTOP, "healing-desktop.png"), (PHONE, "healing-phone.png")):
@@ -67,7 +69,8 @@ def test_a_renamed_button_is_healed_from_the_failed_step_and_the_next_version_ru
         try:
             log_in(look, stack, Role.OPERATORS)
             look.goto(heal_url)
-            expect(look.locator(".heal-candidates img").first).to_be_visible()
+            shown = look.locator(".heal-candidates img").first
+            look.wait_for_function("img => img.complete", arg=shown.element_handle())
             assert_no_sideways_scroll(look)
             keep(look, tmp_path, name)
         finally:
