@@ -35,7 +35,7 @@ from _harness import (
 )
 
 from sessions.engine.runner import Runner, RunPlan, SessionCheck
-from sessions.engine.sandbox import Sandbox, SandboxSpec
+from sessions.engine.sandbox.base import Sandbox, SandboxSpec
 from sessions.engine.sandbox.local import LocalBackend
 from sessions.engine.sandbox.microvm.backend import MicroVMBackend
 

@@ -25,7 +25,8 @@ from pathlib import Path
 # Run as a plain script: make the project importable without installing it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sessions.engine.sandbox import SandboxSpec, namespaces
+from sessions.engine.sandbox import namespaces
+from sessions.engine.sandbox.base import SandboxSpec
 from sessions.engine.sandbox.local import LocalBackend
 
 MODES = {"off": "plain (process group only)", "on": "namespaced"}

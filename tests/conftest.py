@@ -13,9 +13,9 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 from pytest_django.fixtures import Settings
 
-from pandaweb.browser import HEADLESS_ARGS, find_chromium
 from pandaweb.core.roles import Role
 from pandaweb.demo_portal.server import PortalServer, make_server
+from sessions.engine.chromium import HEADLESS_ARGS, find_chromium
 from tests.factories import user_with_role
 
 # Test modules import the ASGI application; as the embedded worker it would run housekeeping

@@ -33,9 +33,9 @@ Resolver = Callable[[str, int], list[str]]
 
 MAX_HEADER_BYTES = 64 * 1024
 
-# Chromium's own calls home are switched off at the source (pandaweb.browser's flags and managed
-# policy); what a backend without the policy still sends (sign-in probes, say) is expected noise:
-# audited, but counted on the run page instead of listed.
+# Chromium's own calls home are switched off at the source (sessions.engine.chromium's flags and
+# managed policy); what a backend without the policy still sends (sign-in probes, say) is
+# expected noise: audited, but counted on the run page instead of listed.
 DEFAULT_QUIET_HOSTS: tuple[str, ...] = (
     "google.com",
     "*.google.com",

@@ -52,7 +52,8 @@ def run_execute(*, run_id: int) -> None:
             heartbeat_at=now, started_at=now, deadline_at=now + ttl,
         )  # fmt: skip
     # Imported here: the browser machinery is only needed where runs execute.
-    from sessions.engine.sandbox import SandboxError, SandboxSpec, get_backend
+    from sessions.engine.sandbox.backends import get_backend
+    from sessions.engine.sandbox.base import SandboxError, SandboxSpec
     from sessions.engine.sandbox.egress import EgressError
 
     sink = _Sink(run_id)
@@ -220,7 +221,7 @@ def run_continue(*, run_id: int, approval_id: int) -> None:
 def _connect_ahead(record: dict[str, Any]) -> Connection | None:
     """A connection to the recorded browser, being opened (None without a usable record)."""
     from sessions.engine.driver import Connection, connect_timeout_ms
-    from sessions.engine.sandbox import Sandbox, SandboxError
+    from sessions.engine.sandbox.base import Sandbox, SandboxError
 
     if not record:
         return None
@@ -308,7 +309,7 @@ def _drive(
     """Run the runner against a started sandbox and settle what it reports (on ``connection``,
     to its browser opened ahead, where there is one)."""
     from sessions.engine.runner import Runner, RunPlan, SessionCheck
-    from sessions.engine.sandbox import Sandbox
+    from sessions.engine.sandbox.base import Sandbox
 
     sandbox = Sandbox.from_dict(record)
     beat = _Heartbeat(run_id, sink, spool=Path(proxy.directory))
@@ -464,7 +465,8 @@ def _wait_for_people(run: Run, expires_at: datetime, sandbox: Any, proxy: Any) -
     whichever worker of the host continues the run finds it by its directory, and the host's
     housekeeping drains its spool.
     """
-    from sessions.engine.sandbox import SandboxError, get_backend
+    from sessions.engine.sandbox.backends import get_backend
+    from sessions.engine.sandbox.base import SandboxError
 
     remaining = max(0.0, run.deadline_at.timestamp() - time.time()) if run.deadline_at else 0.0
     waits_until = expires_at.timestamp() + remaining + 60

@@ -21,7 +21,7 @@ from approvals.services import approval_void_pending
 from pandaweb.audit.services import audit_record
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
-from sessions.engine.sandbox import default_root
+from sessions.engine.sandbox.base import default_root
 from sessions.engine.sandbox.local import reap_orphans
 from sessions.events import publish_queue_changed
 from sessions.models import Run, StepResult

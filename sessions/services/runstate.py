@@ -244,7 +244,8 @@ def destroy_sandbox(data: dict[str, Any]) -> None:
     while the sandbox starts (``pending``), in which case its workdir is found by run key.
     Idempotent.
     """
-    from sessions.engine.sandbox import Sandbox, get_backend
+    from sessions.engine.sandbox.backends import get_backend
+    from sessions.engine.sandbox.base import Sandbox
 
     host = str(data.get("host") or socket.gethostname())
     if host != socket.gethostname():
@@ -268,8 +269,9 @@ def destroy_sandbox(data: dict[str, Any]) -> None:
 
 def _destroy_pending(data: dict[str, Any]) -> None:
     """A sandbox recorded before its backend returned (its starter died): found by run key."""
-    from sessions.engine.sandbox import Sandbox, get_backend
     from sessions.engine.sandbox._proc import RECORD_FILE, read_pgid, remove_workdir, stop_browser
+    from sessions.engine.sandbox.backends import get_backend
+    from sessions.engine.sandbox.base import Sandbox
 
     backend = get_backend(str(data.get("backend", "")))
     root = getattr(backend, "root", None)

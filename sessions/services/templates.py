@@ -109,7 +109,7 @@ def _template_audit(
 
 
 def _snapshots_whole_vm(backend: str) -> bool:
-    from sessions.engine.sandbox import get_backend
+    from sessions.engine.sandbox.backends import get_backend
 
     return callable(getattr(get_backend(backend), "snapshot", None))
 
@@ -195,7 +195,8 @@ def template_bake(*, template_id: int, run_id: int | None = None) -> SessionTemp
 def _bake(template: SessionTemplate, *, run_id: int | None) -> _Capture:
     from sessions.engine.proxy import EgressPolicy, EgressProxy
     from sessions.engine.runner import PUBLIC_CREDENTIAL_FIELDS, Runner, RunPlan, SessionCheck
-    from sessions.engine.sandbox import SandboxError, SandboxSpec, get_backend
+    from sessions.engine.sandbox.backends import get_backend
+    from sessions.engine.sandbox.base import SandboxError, SandboxSpec
 
     document = template.version.document or {}
     session = document["session"]
@@ -549,7 +550,7 @@ def _fork_for(run_id: int, sink: _Sink) -> _Fork | str:
 def _pick_or_bake(run_id: int) -> _Fork | str:
     from sessions import selectors
     from sessions.engine.runner import STALE_SESSION
-    from sessions.engine.sandbox import SandboxError
+    from sessions.engine.sandbox.base import SandboxError
 
     here = socket.gethostname()
     run = Run.objects.select_related("version", "launched_by").get(pk=run_id)

@@ -19,9 +19,9 @@ from pytest_django.live_server_helper import LiveServer
 from approvals import passkeys
 from approvals import services as approvals
 from approvals.models import ApprovalRequest
-from pandaweb.browser import HEADLESS_ARGS, find_chromium
 from pandaweb.core.roles import Role
 from pandaweb.reviewers.models import Passkey, StepUpChallenge
+from sessions.engine.chromium import HEADLESS_ARGS, find_chromium
 from tests.approvals.reach import background, open_request, reach_workflow
 from tests.factories import PASSWORD, user_with_role
 from workflows.models import Workflow

@@ -36,9 +36,9 @@ from pandaweb.audit.bundles import EXPORTED_ACTION, run_bundle_to_file
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from pandaweb.audit.triggers import append_only_suspended
-from pandaweb.browser import HEADLESS_ARGS, find_chromium
 from pandaweb.core.roles import Role
 from sessions import services
+from sessions.engine.chromium import HEADLESS_ARGS, find_chromium
 from sessions.engine.runner import ArtifactFile, StepRecord
 from sessions.models import Run, StepResult
 from tests.factories import user_with_role

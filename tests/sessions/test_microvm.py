@@ -28,7 +28,8 @@ from playwright.sync_api import Error as PlaywrightError
 from pandaweb.demo_portal.server import PortalServer, make_server
 from sessions import services
 from sessions.engine.proxy import EgressPolicy, EgressProxy
-from sessions.engine.sandbox import Sandbox, SandboxSpec, cdp_gate
+from sessions.engine.sandbox import cdp_gate
+from sessions.engine.sandbox.base import Sandbox, SandboxSpec
 from sessions.engine.sandbox.microvm.backend import MicroVMBackend
 from sessions.engine.sandbox.microvm.image import GuestImage, find_image
 from sessions.engine.sandbox.workdirs import json_version
@@ -185,7 +186,7 @@ def test_the_ttl_kills_a_vm_whose_worker_was_killed(sandbox_root: Path, proxy: E
                 f"""
                 import sys, time
                 sys.path.insert(0, {str(project)!r})
-                from sessions.engine.sandbox import SandboxSpec
+                from sessions.engine.sandbox.base import SandboxSpec
                 from sessions.engine.sandbox.microvm.backend import MicroVMBackend
                 sandbox = MicroVMBackend({str(sandbox_root)!r}).create(
                     SandboxSpec(run_key="vm-orphan", proxy_url={proxy.url!r}, ttl_seconds=25)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from pandaweb.browser import HEADLESS_ARGS, MANAGED_POLICY, MANAGED_POLICY_NAME
+from sessions.engine.chromium import HEADLESS_ARGS, MANAGED_POLICY, MANAGED_POLICY_NAME
 from sessions.engine.sandbox.microvm import image
 
 ARTIFACTS = (image.KERNEL_FILE, image.INITRD_FILE, image.ROOTFS_FILE)

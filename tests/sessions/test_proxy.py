@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from playwright.sync_api import Playwright
 
-from pandaweb.browser import HEADLESS_ARGS, find_chromium
+from sessions.engine.chromium import HEADLESS_ARGS, find_chromium
 from sessions.engine.proxy import (
     PROXY_ANSWER_HEADER,
     DeniedAttempt,

@@ -14,7 +14,8 @@ import time_machine
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
 from sessions.engine.proxy import EgressPolicy, EgressProxy
 from sessions.engine.runner import HandBack, Runner, RunOutcome, RunPlan
-from sessions.engine.sandbox import Sandbox, SandboxSpec, get_backend
+from sessions.engine.sandbox.backends import get_backend
+from sessions.engine.sandbox.base import Sandbox, SandboxSpec
 from tests.sessions.test_runner import RecordingSink
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -31,16 +31,10 @@ import pytest
 from playwright.sync_api import Browser, Playwright
 from playwright.sync_api import Error as PlaywrightError
 
-from sessions.engine.sandbox import (
-    Sandbox,
-    SandboxBackend,
-    SandboxError,
-    SandboxSpec,
-    _proc,
-    get_backend,
-    namespaces,
-)
+from sessions.engine.sandbox import _proc, namespaces
 from sessions.engine.sandbox._proc import MARKER, group_alive, mentions, remove_workdir
+from sessions.engine.sandbox.backends import get_backend
+from sessions.engine.sandbox.base import Sandbox, SandboxBackend, SandboxError, SandboxSpec
 from sessions.engine.sandbox.local import LocalBackend, reap_orphans
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -555,7 +549,8 @@ def test_it_destroys_a_sandbox_from_another_process(
     sandbox = make()
     child = python(
         "import json, sys\n"
-        "from sessions.engine.sandbox import Sandbox, get_backend\n"
+        "from sessions.engine.sandbox.backends import get_backend\n"
+        "from sessions.engine.sandbox.base import Sandbox\n"
         "get_backend('local').destroy(Sandbox.from_dict(json.loads(sys.argv[1])))\n",
         json.dumps(sandbox.to_dict()),
     )
@@ -573,9 +568,8 @@ def test_it_kills_the_browser_at_the_deadline_even_if_the_creator_was_killed(
     # take a couple of seconds, hence 4 s rather than less.
     creator = python(
         "import json, sys, time\n"
-        "from sessions.engine.sandbox import SandboxSpec\n"
+        "from sessions.engine.sandbox.base import SandboxSpec\n"
         "from sessions.engine.sandbox.local import LocalBackend\n"
-        "import pandaweb.browser\n"
         "spec = SandboxSpec(run_key=sys.argv[2], proxy_url=sys.argv[3], ttl_seconds=4.0)\n"
         "sandbox = LocalBackend(root=sys.argv[1], namespaces=sys.argv[4]).create(spec)\n"
         "print(json.dumps(sandbox.to_dict()), flush=True)\n"

@@ -27,8 +27,9 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Playwright
 
-from pandaweb.browser import MANAGED_POLICY, MANAGED_POLICY_NAME
-from sessions.engine.sandbox import Sandbox, SandboxError, SandboxSpec, cdp_gate, namespaces
+from sessions.engine.chromium import MANAGED_POLICY, MANAGED_POLICY_NAME
+from sessions.engine.sandbox import cdp_gate, namespaces
+from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.engine.sandbox.local import LocalBackend
 from sessions.engine.sandbox.workdirs import json_version
 from tests.sessions.test_sandbox import (

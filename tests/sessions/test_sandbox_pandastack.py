@@ -46,9 +46,10 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Playwright
 
-from pandaweb.browser import find_chromium
+from sessions.engine.chromium import find_chromium
 from sessions.engine.proxy import DeniedAttempt, EgressPolicy, EgressProxy
-from sessions.engine.sandbox import Sandbox, SandboxError, SandboxSpec, get_backend
+from sessions.engine.sandbox.backends import get_backend
+from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.engine.sandbox.pandastack import GATE_HEADER, PandaStackBackend
 
 pytest.importorskip("pandastack")

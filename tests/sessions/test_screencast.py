@@ -18,7 +18,7 @@ import requests
 from PIL import Image
 from playwright.sync_api import Page, Playwright
 
-from pandaweb.browser import HEADLESS_ARGS, find_chromium
+from sessions.engine.chromium import HEADLESS_ARGS, find_chromium
 from sessions.engine.screencast import (
     MASK_COLOUR,
     UNREADABLE_DIALOG,

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sessions.engine.chromium import HEADLESS_ARGS, find_chromium, write_profile_preferences
 from sessions.engine.sandbox import cdp_gate, namespaces
 from sessions.engine.sandbox._proc import (
     DEADLINE_FILE,
@@ -243,8 +244,6 @@ class LocalBackend(WorkdirSandboxes):
         return _Isolation(None, PROCESS_GROUP_ONLY, warning)
 
     def _chromium(self) -> str:
-        from pandaweb.browser import find_chromium
-
         try:
             found = find_chromium()
         except FileNotFoundError as exc:
@@ -263,8 +262,6 @@ class LocalBackend(WorkdirSandboxes):
         workdir: Path,
         support: namespaces.Support | None,
     ) -> subprocess.Popen[bytes]:
-        from pandaweb.browser import HEADLESS_ARGS, write_profile_preferences
-
         home = workdir / "home"
         home.mkdir(mode=0o700)
         (workdir / ARTIFACTS_DIR).mkdir(mode=0o700)

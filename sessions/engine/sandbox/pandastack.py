@@ -65,6 +65,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from sessions.engine.chromium import HEADLESS_ARGS
+from sessions.engine.proxy import chromium_proxy_args
 from sessions.engine.sandbox import cdp_gate
 from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.engine.sandbox.workdirs import json_version
@@ -1046,9 +1048,6 @@ class PandaStackBackend:
         return point
 
     def _guest_args(self, spec: SandboxSpec) -> list[str]:
-        from pandaweb.browser import HEADLESS_ARGS
-        from sessions.engine.proxy import chromium_proxy_args
-
         scheme = urlsplit(spec.proxy_url).scheme
         width, height = spec.window_size
         # The run's proxy URL names the worker's loopback; in the guest the same flags point at

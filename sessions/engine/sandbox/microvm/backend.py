@@ -53,6 +53,7 @@ from sessions.engine.sandbox._proc import (
 from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec, default_root
 from sessions.engine.sandbox.microvm import qmp
 from sessions.engine.sandbox.microvm.image import GuestImage, find_image, image_root
+from sessions.engine.sandbox.microvm.kvm import detect
 from sessions.engine.sandbox.workdirs import (
     WorkdirSandboxes,
     adopt,
@@ -127,8 +128,6 @@ class Accelerator:
 
 def choose_accelerator(setting: str) -> Accelerator:
     """``auto``: KVM where hardware virtualization really works, otherwise TCG. ``kvm`` insists."""
-    from pandaweb.kvm import detect
-
     if setting not in {"auto", "kvm", "tcg"}:
         raise SandboxError(f"microVM accelerator {setting!r} is not one of auto, kvm, tcg")
     if setting == "tcg":

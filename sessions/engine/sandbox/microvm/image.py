@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote
 
+from sessions.engine.chromium import MANAGED_POLICY_NAME, managed_policy_json
+
 __all__ = [
     "BUILDER_VERSION",
     "GuestImage",
@@ -197,8 +199,6 @@ def _read_guest() -> dict[str, _GuestFile]:
 
 
 def _inputs(guest: dict[str, _GuestFile]) -> dict[str, Any]:
-    from pandaweb.browser import managed_policy_json
-
     hashed = {
         name: f"{'x' if file.executable else '-'}:{hashlib.sha256(file.data).hexdigest()}"
         for name, file in guest.items()
@@ -754,8 +754,6 @@ def _deb_versions(directory: Path) -> dict[str, str]:
 
 
 def _install_guest_files(rootfs: Path, guest: dict[str, _GuestFile]) -> None:
-    from pandaweb.browser import MANAGED_POLICY_NAME, managed_policy_json
-
     for name, file in guest.items():
         if name == INIT_SCRIPT:
             continue
@@ -763,7 +761,7 @@ def _install_guest_files(rootfs: Path, guest: dict[str, _GuestFile]) -> None:
             raise ImageBuildError(f"guest/{name}: guest/ holds plain files only, no directories")
         mode = 0o755 if file.executable else 0o644
         _write_in_root(rootfs, f"{GUEST_BIN_DIR}/{name}", file.data, mode)
-    # Chromium's own background traffic off (pandaweb.browser.MANAGED_POLICY); in the image,
+    # Chromium's own background traffic off (sessions.engine.chromium.MANAGED_POLICY); in the image,
     # so it is there before Chromium first starts and no run can change it.
     (rootfs / CHROMIUM_POLICY_DIR).mkdir(parents=True, exist_ok=True)
     _write_in_root(rootfs, f"{CHROMIUM_POLICY_DIR}/{MANAGED_POLICY_NAME}", managed_policy_json())
