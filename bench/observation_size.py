@@ -40,7 +40,7 @@ from playwright.sync_api import Page, Route, sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _harness import load_line  # noqa: E402
+from _harness import engine_config, load_line  # noqa: E402
 
 from pandaweb.demo_portal.server import make_server  # noqa: E402
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME  # noqa: E402
@@ -196,7 +196,9 @@ def main() -> None:
         sync_playwright() as playwright,
     ):
         browser = playwright.chromium.launch(
-            executable_path=find_chromium(), args=list(HEADLESS_ARGS), headless=True
+            executable_path=find_chromium(engine_config().chromium),
+            args=list(HEADLESS_ARGS),
+            headless=True,
         )
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         page = context.new_page()

@@ -34,7 +34,9 @@ def playwright_instance() -> Iterator[Playwright]:
 def browser(playwright_instance: Playwright) -> Iterator[Browser]:
     """A real headless Chromium (the system one), shared by the session's browser tests."""
     browser = playwright_instance.chromium.launch(
-        executable_path=find_chromium(), args=list(HEADLESS_ARGS), headless=True
+        executable_path=find_chromium(settings.ENGINE_CONFIG.chromium),
+        args=list(HEADLESS_ARGS),
+        headless=True,
     )
     yield browser
     browser.close()

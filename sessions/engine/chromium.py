@@ -65,12 +65,12 @@ HEADLESS_ARGS: tuple[str, ...] = (
 _CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
-def find_chromium() -> str | None:
+def find_chromium(configured: str = "") -> str | None:
     """Return the path of the Chromium to drive, or None to let Playwright use its own build.
 
-    ``PANDAWEB_CHROMIUM`` wins when set; it must name an executable file.
+    ``configured`` (``EngineConfig.chromium``, from ``PANDAWEB_CHROMIUM``) wins when set; it must
+    name an executable file.
     """
-    configured = os.environ.get("PANDAWEB_CHROMIUM", "").strip()
     if configured:
         if not (Path(configured).is_file() and os.access(configured, os.X_OK)):
             raise FileNotFoundError(f"PANDAWEB_CHROMIUM={configured!r} is not an executable file")

@@ -22,7 +22,7 @@ from sessions.services.runstate import (
     sandbox_run_key,
     transition,
 )
-from sessions.services.sandboxes import sandbox_alive
+from sessions.services.sandboxes import sandbox_alive, sandbox_backend
 from sessions.services.templates import _Fork, _fork_for, _open_credentials, template_mark_stale
 from sessions.services.writer import _Heartbeat, _Sink, _worker_name
 from workflows.schema import credentials_used
@@ -52,7 +52,6 @@ def run_execute(*, run_id: int) -> None:
             heartbeat_at=now, started_at=now, deadline_at=now + ttl,
         )  # fmt: skip
     # Imported here: the browser machinery is only needed where runs execute.
-    from sessions.engine.sandbox.backends import get_backend
     from sessions.engine.sandbox.base import SandboxError, SandboxSpec
     from sessions.engine.sandbox.egress import EgressError
 
@@ -89,7 +88,7 @@ def run_execute(*, run_id: int) -> None:
         proxy = egress_start(
             run_key=run_key, allowed_hosts=version.settings_model.allowed_hosts, deadline=deadline
         )
-        backend = get_backend(run.sandbox_backend)
+        backend = sandbox_backend(run.sandbox_backend)
         spec = SandboxSpec(
             run_key=run_key,
             proxy_url=proxy.url,
@@ -465,13 +464,12 @@ def _wait_for_people(run: Run, expires_at: datetime, sandbox: Any, proxy: Any) -
     whichever worker of the host continues the run finds it by its directory, and the host's
     housekeeping drains its spool.
     """
-    from sessions.engine.sandbox.backends import get_backend
     from sessions.engine.sandbox.base import SandboxError
 
     remaining = max(0.0, run.deadline_at.timestamp() - time.time()) if run.deadline_at else 0.0
     waits_until = expires_at.timestamp() + remaining + 60
     try:
-        get_backend(sandbox.backend).extend(sandbox, waits_until)
+        sandbox_backend(sandbox.backend).extend(sandbox, waits_until)
     except SandboxError as exc:
         run_fail_waiting(run_id=run.pk, reason=f"the browser was lost while waiting: {exc}")
         return False

@@ -26,6 +26,7 @@ from pandaweb.core.dispatch import dispatch, task_named
 from sessions.models import Run, SessionTemplate
 from sessions.services.records import event_append, lock_run
 from sessions.services.runstate import host_queue
+from sessions.services.sandboxes import sandbox_backend
 from sessions.services.writer import _Heartbeat, _Sink
 from workflows.models import Credential, WorkflowVersion
 from workflows.schema import credentials_used
@@ -109,9 +110,7 @@ def _template_audit(
 
 
 def _snapshots_whole_vm(backend: str) -> bool:
-    from sessions.engine.sandbox.backends import get_backend
-
-    return callable(getattr(get_backend(backend), "snapshot", None))
+    return callable(getattr(sandbox_backend(backend), "snapshot", None))
 
 
 def template_request_bake(
@@ -195,7 +194,6 @@ def template_bake(*, template_id: int, run_id: int | None = None) -> SessionTemp
 def _bake(template: SessionTemplate, *, run_id: int | None) -> _Capture:
     from sessions.engine.proxy import EgressPolicy, EgressProxy
     from sessions.engine.runner import PUBLIC_CREDENTIAL_FIELDS, Runner, RunPlan, SessionCheck
-    from sessions.engine.sandbox.backends import get_backend
     from sessions.engine.sandbox.base import SandboxError, SandboxSpec
 
     document = template.version.document or {}
@@ -204,7 +202,7 @@ def _bake(template: SessionTemplate, *, run_id: int | None) -> _Capture:
     ttl = run_settings.run_ttl_minutes * 60
     names = sorted(set(run_settings.credentials) & credentials_used(session["steps"]))
     try:
-        backend = get_backend(template.backend)
+        backend = sandbox_backend(template.backend)
     except SandboxError as exc:
         raise _BakeFailed(str(exc)) from None
     snapshot = getattr(backend, "snapshot", None)

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connections, transaction
 from playwright.sync_api import Browser, Page, sync_playwright
@@ -53,7 +54,9 @@ def chromium(django_db_setup: None) -> Iterator[Browser]:
     with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
         patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         browser = playwright.chromium.launch(
-            executable_path=find_chromium(), args=list(HEADLESS_ARGS), headless=True
+            executable_path=find_chromium(settings.ENGINE_CONFIG.chromium),
+            args=list(HEADLESS_ARGS),
+            headless=True,
         )
         yield browser
         browser.close()

@@ -7,6 +7,7 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from django.conf import settings
 from django.contrib.auth.models import User
 
 from pandaweb.core.roles import Role
@@ -99,7 +100,7 @@ def cdp_url(portal: str, tmp_path: Path) -> Iterator[str]:
     from sessions.engine.sandbox.backends import get_backend
     from sessions.engine.sandbox.base import SandboxSpec
 
-    backend = get_backend("local")
+    backend = get_backend("local", settings.ENGINE_CONFIG)
     with EgressProxy(
         EgressPolicy([portal.removeprefix("http://")]), on_denied=lambda attempt: None
     ) as proxy:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import gzip
 import hashlib
@@ -119,28 +120,6 @@ def test_the_key_changes_with_the_recipe(
     before = image.current_key()
     monkeypatch.setattr(image, name, value)
     assert image.current_key() != before
-
-
-# --- where images live ------------------------------------------------------------------------
-
-
-def test_images_live_under_var_microvm_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PANDAWEB_MICROVM_IMAGE_DIR", raising=False)
-    project = Path(__file__).resolve().parents[2]
-    assert image.image_root() == project / "var" / "microvm"
-
-
-def test_the_image_dir_comes_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("PANDAWEB_MICROVM_IMAGE_DIR", str(tmp_path))
-    assert image.image_root() == tmp_path
-
-
-def test_it_refuses_a_relative_image_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PANDAWEB_MICROVM_IMAGE_DIR", "var/images")
-    with pytest.raises(ValueError, match="absolute"):
-        image.image_root()
 
 
 # --- finding an image -------------------------------------------------------------------------
@@ -718,10 +697,12 @@ def test_the_command_refuses_a_root_that_is_a_file(tmp_path: Path) -> None:
         call_command("microvm_image", "--root", str(file), stdout=StringIO())
 
 
-def test_the_command_refuses_a_relative_image_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PANDAWEB_MICROVM_IMAGE_DIR", "relative/dir")
-    with pytest.raises(CommandError, match="absolute"):
-        call_command("microvm_image", "--check", stdout=StringIO())
+def test_the_command_looks_in_the_configured_image_dir(root: Path, settings: Any) -> None:
+    directory = make_image(root)
+    settings.ENGINE_CONFIG = dataclasses.replace(settings.ENGINE_CONFIG, microvm_image_dir=root)
+    out = StringIO()
+    call_command("microvm_image", "--check", stdout=out)
+    assert f"guest image {directory.name}: {directory}" in out.getvalue()
 
 
 @pytest.mark.usefixtures("fake_build")

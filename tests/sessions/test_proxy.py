@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.conf import settings
 from playwright.sync_api import Playwright
 
 from sessions.engine.chromium import HEADLESS_ARGS, find_chromium
@@ -750,7 +751,7 @@ def test_chromium_sends_everything_through_the_proxy(
 
     with EgressProxy(policy, on_denied=denied.append) as proxy:
         browser = playwright_instance.chromium.launch(
-            executable_path=find_chromium(),
+            executable_path=find_chromium(settings.ENGINE_CONFIG.chromium),
             args=[*HEADLESS_ARGS, *chromium_proxy_args(proxy.url)],
             headless=True,
         )

@@ -114,7 +114,7 @@ def test_the_demo_workflow_causes_no_refused_connections(
 ) -> None:
     # The demo workflow only talks to the portal: every refusal would be the browser's own
     # background traffic (updates, autofill, password-leak checks, ...) burying real ones.
-    if not namespaces.probe().usable or os.environ.get("PANDAWEB_LOCAL_NAMESPACES") == "off":
+    if not namespaces.probe().usable or settings.ENGINE_CONFIG.local_namespaces == "off":
         pytest.skip("a sandbox without namespaces has no private place for the managed policy")
     workflow = publish(operator, demo_document(portal))
     number, amount = open_invoice(portal_server)
@@ -418,7 +418,7 @@ def test_a_run_cancelled_while_it_starts_leaves_nothing_running(
     (run_key,) = run_keys
     assert processes_with(run_key) == []
     assert not egress_dir(run_key).exists()
-    assert not (LocalBackend().root / run_key).exists()
+    assert not (LocalBackend(settings.ENGINE_CONFIG).root / run_key).exists()
 
 
 class RecordingSink:
@@ -448,7 +448,7 @@ def test_the_run_time_limit_expires_the_run_mid_step(portal: str, tmp_path: Path
     from sessions.engine.sandbox.backends import get_backend
     from sessions.engine.sandbox.base import SandboxSpec
 
-    backend = get_backend("local")
+    backend = get_backend("local", settings.ENGINE_CONFIG)
     with EgressProxy(
         EgressPolicy([portal.removeprefix("http://")]), on_denied=lambda a: None
     ) as proxy:
@@ -495,7 +495,6 @@ def _database_url() -> str:
 def test_a_worker_killed_mid_run_leaves_an_interrupted_run_and_no_browser(
     operator: User, portal_server: PortalServer, portal: str, tmp_path: Path
 ) -> None:
-    import os
     import signal
     import subprocess
     import sys
@@ -560,7 +559,7 @@ def test_a_read_only_step_on_an_unchanged_page_takes_no_new_evidence(
         return take(page, **kwargs)
 
     monkeypatch.setattr(observing, "take", counting_take)
-    backend = get_backend("local")
+    backend = get_backend("local", settings.ENGINE_CONFIG)
     with EgressProxy(
         EgressPolicy([portal.removeprefix("http://")]), on_denied=lambda a: None
     ) as proxy:

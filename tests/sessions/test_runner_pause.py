@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import time_machine
+from django.conf import settings
 
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
 from sessions.engine.proxy import EgressPolicy, EgressProxy
@@ -50,7 +51,7 @@ class Pause:
 
 @pytest.fixture
 def sandbox(portal: str, tmp_path: Path) -> Iterator[Sandbox]:
-    backend = get_backend("local")
+    backend = get_backend("local", settings.ENGINE_CONFIG)
     with EgressProxy(EgressPolicy([portal.removeprefix("http://")]), on_denied=lambda a: None) as p:
         created = backend.create(
             SandboxSpec(run_key=f"pause-{tmp_path.name[-8:]}", proxy_url=p.url, ttl_seconds=120)

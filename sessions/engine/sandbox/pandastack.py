@@ -1,9 +1,10 @@
 """The ``pandastack`` backend: the run's Chromium inside a remote PandaStack Firecracker microVM.
 
-Built on the ``pandastack`` Python SDK (0.10.x), configured by ``PANDASTACK_API`` (default
-``https://api.pandastack.ai``) and ``PANDASTACK_API_KEY``. The SDK can create, exec into, write
-files into, snapshot and kill a sandbox; it offers no egress rules, no tunnel and no way to
-reach a guest port privately. Three pieces fill the gap:
+Built on the ``pandastack`` Python SDK (0.10.x), configured by the ``EngineConfig`` handed in
+(``pandastack_api``, default ``https://api.pandastack.ai``, and ``pandastack_api_key``, which
+settings read from ``PANDASTACK_API`` and ``PANDASTACK_API_KEY``). The SDK can create, exec
+into, write files into, snapshot and kill a sandbox; it offers no egress rules, no tunnel and no
+way to reach a guest port privately. Three pieces fill the gap:
 
 ``gate`` (a standard-library Python program written into the guest, ``_GATE_SOURCE``)
     starts Chromium with its DevTools port on the guest's loopback, and listens on
@@ -66,6 +67,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from sessions.engine.chromium import HEADLESS_ARGS
+from sessions.engine.config import EngineConfig
 from sessions.engine.proxy import chromium_proxy_args
 from sessions.engine.sandbox import cdp_gate
 from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
@@ -892,9 +894,9 @@ class PandaStackBackend:
 
     def __init__(
         self,
+        config: EngineConfig,
         *,
         client: Any = None,
-        template: str | None = None,
         ttl_margin: float = 120.0,
         ready_timeout: float = 90.0,
         guest_dir: str = GUEST_DIR,
@@ -906,7 +908,9 @@ class PandaStackBackend:
         create_retry_seconds: float = 30.0,
     ) -> None:
         self._client_instance = client
-        self.template = template or os.environ.get("PANDAWEB_PANDASTACK_TEMPLATE", "browser")
+        self.template = config.pandastack_template
+        self.api_url = config.pandastack_api
+        self.api_key = config.pandastack_api_key
         self.ttl_margin = ttl_margin
         self.ready_timeout = ready_timeout
         self.guest_dir = guest_dir.rstrip("/")
@@ -928,7 +932,12 @@ class PandaStackBackend:
                     "the pandastack backend needs the pandastack SDK: pip install "
                     "'pandastack>=0.10,<0.11'"
                 ) from exc
-            client = pandastack.Client(max_create_retry_seconds=self.create_retry_seconds)
+            # Unset, the SDK falls back to its own defaults (its config file, its public API).
+            client = pandastack.Client(
+                api_url=self.api_url or None,
+                api_key=self.api_key or None,
+                max_create_retry_seconds=self.create_retry_seconds,
+            )
             if not client.api_key:
                 raise SandboxError(
                     "PANDASTACK_API_KEY is not set: the pandastack backend cannot reach the API"

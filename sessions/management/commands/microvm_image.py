@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from sessions.engine.sandbox.microvm import image
@@ -39,11 +40,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["check"] and options["force"]:
             raise CommandError("--check and --force exclude each other")
-        try:
-            root = options["root"] or image.image_root()
-        except ValueError as exc:
-            raise CommandError(str(exc)) from exc
-        root = Path(root).absolute()
+        root = Path(options["root"] or settings.ENGINE_CONFIG.microvm_image_dir).absolute()
         if root.exists() and not root.is_dir():
             raise CommandError(f"{root} is not a directory")
 

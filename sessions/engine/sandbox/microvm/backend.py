@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from sessions.engine.config import EngineConfig
 from sessions.engine.sandbox import cdp_gate
 from sessions.engine.sandbox._proc import (
     DEADLINE_FILE,
@@ -50,9 +51,9 @@ from sessions.engine.sandbox._proc import (
     remove_workdir,
     stop_browser,
 )
-from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec, default_root
+from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.engine.sandbox.microvm import qmp
-from sessions.engine.sandbox.microvm.image import GuestImage, find_image, image_root
+from sessions.engine.sandbox.microvm.image import GuestImage, find_image
 from sessions.engine.sandbox.microvm.kvm import detect
 from sessions.engine.sandbox.workdirs import (
     WorkdirSandboxes,
@@ -140,19 +141,6 @@ def choose_accelerator(setting: str) -> Accelerator:
             f"PANDAWEB_MICROVM_ACCEL=kvm, but KVM is not usable here: {status.reason}"
         )
     return Accelerator("tcg", status.reason)
-
-
-def _env_int(name: str, default: int, minimum: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SandboxError(f"{name}={raw!r} is not a whole number") from None
-    if value < minimum:
-        raise SandboxError(f"{name}={value} is below the minimum of {minimum}")
-    return value
 
 
 def _free_port() -> int:
@@ -296,25 +284,14 @@ class MicroVMBackend(WorkdirSandboxes):
 
     name = "microvm"
 
-    def __init__(
-        self,
-        root: Path | str | None = None,
-        *,
-        images: Path | str | None = None,
-        accelerator: str | None = None,
-        memory_mib: int | None = None,
-        restore: bool = True,
-        pool_size: int | None = None,
-    ) -> None:
-        self.root = Path(root) if root is not None else default_root()
-        self.images = Path(images) if images is not None else image_root()
-        self.accelerator_setting = (
-            accelerator or os.environ.get("PANDAWEB_MICROVM_ACCEL", "").strip() or "auto"
-        )
-        self.memory_mib = memory_mib or _env_int("PANDAWEB_MICROVM_MEMORY_MIB", 1024, 256)
+    def __init__(self, config: EngineConfig, *, restore: bool = True) -> None:
+        self.root = config.sandbox_dir
+        self.images = config.microvm_image_dir
+        self.accelerator_setting = config.microvm_accelerator
+        self.memory_mib = config.microvm_memory_mib
         # False boots every VM from scratch: only for measuring what restoring saves.
         self.restore = restore
-        self.pool_size = _env_int("PANDAWEB_MICROVM_POOL", 0, 0) if pool_size is None else pool_size
+        self.pool_size = config.microvm_pool
         self._accelerator: Accelerator | None = None
 
     @property

@@ -11,9 +11,9 @@ A guest image is three files a QEMU ``microvm`` boots directly:
 
 Everything comes from Debian packages, fetched through a debootstrap'd chroot's own apt, so the
 result does not depend on what the building host has installed beyond a few tools. Images are
-cached under ``image_root()/<key[:16]>/`` where the key hashes every input of the recipe; a build
-happens once per recipe change (or on ``force``, e.g. to pick up security updates, which do not
-change the key).
+cached under ``<root>/<key[:16]>/`` (the root is ``EngineConfig.microvm_image_dir``) where the
+key hashes every input of the recipe; a build happens once per recipe change (or on ``force``,
+e.g. to pick up security updates, which do not change the key).
 
 Builds are crash-safe: work happens in ``<key[:16]>.partial-<pid>/``, the manifest is written
 last, and the directory is renamed into place only when complete, so ``find_image`` never sees a
@@ -54,7 +54,6 @@ __all__ = [
     "build_image",
     "current_key",
     "find_image",
-    "image_root",
 ]
 
 # Bump when the build steps change in a way the other inputs do not capture (strip list,
@@ -117,7 +116,6 @@ _KEY_DIR_CHARS = 16
 _LEFTOVER = re.compile(r"[0-9a-f]{16}\.(?:partial|old)-[0-9]+")
 _LZ4_LEGACY_MAGIC = b"\x02\x21\x4c\x18"
 _ELF_MAGIC = b"\x7fELF"
-_PROJECT_DIR = Path(__file__).resolve().parents[4]
 
 # Runs as root inside a private mount namespace, so the chroot's /proc, /sys and /dev vanish
 # with the namespace however the build ends (even SIGKILL); a `finally: umount` would not run
@@ -166,18 +164,6 @@ class GuestImage:
     initrd: Path
     rootfs: Path
     manifest: dict[str, Any] = field(hash=False)
-
-
-def image_root() -> Path:
-    """Where images live: ``PANDAWEB_MICROVM_IMAGE_DIR`` or ``<project>/var/microvm``."""
-    configured = os.environ.get("PANDAWEB_MICROVM_IMAGE_DIR", "").strip()
-    if not configured:
-        return _PROJECT_DIR / "var" / "microvm"
-    path = Path(configured).expanduser()
-    if not path.is_absolute():
-        # Relative to what? The worker, the web process and a shell each have their own cwd.
-        raise ValueError(f"PANDAWEB_MICROVM_IMAGE_DIR must be an absolute path, not {configured!r}")
-    return path
 
 
 @dataclass(frozen=True)
@@ -257,16 +243,16 @@ def _load_image(directory: Path, key: str) -> GuestImage | None:
     )
 
 
-def find_image(root: Path | None = None) -> GuestImage | None:
-    """The complete image for ``current_key()``, or None. Cheap (a few stats); takes no lock:
-    a directory under the final name is complete because it only ever arrives by rename."""
-    root = image_root() if root is None else root
+def find_image(root: Path) -> GuestImage | None:
+    """The complete image for ``current_key()`` under ``root``, or None. Cheap (a few stats);
+    takes no lock: a directory under the final name is complete because it only ever arrives by
+    rename."""
     key = current_key()
     return _load_image(root / key[:_KEY_DIR_CHARS], key)
 
 
 def build_image(
-    root: Path | None = None,
+    root: Path,
     *,
     progress: Callable[[str], None] = print,
     force: bool = False,
@@ -279,7 +265,7 @@ def build_image(
     """
     if not callable(progress):
         raise TypeError("progress must be a callable taking one line of text")
-    root = image_root() if root is None else Path(root)
+    root = Path(root)
     if root.exists() and not root.is_dir():
         raise ImageBuildError(f"image root {root} exists and is not a directory")
     if not force:
