@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 from pandaweb.demo_portal.server import PortalServer, make_server  # noqa: E402
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME, PortalState  # noqa: E402
 from sessions.engine.config import EngineConfig  # noqa: E402
-from sessions.engine.proxy import EgressPolicy, EgressProxy  # noqa: E402
+from sessions.engine.egress_policy import EgressPolicy  # noqa: E402
+from sessions.engine.proxy import EgressProxy  # noqa: E402
 from sessions.engine.sandbox.base import Sandbox, SandboxSpec  # noqa: E402
 from sessions.engine.sandbox.local import LocalBackend  # noqa: E402
 

@@ -192,7 +192,8 @@ def template_bake(*, template_id: int, run_id: int | None = None) -> SessionTemp
 
 
 def _bake(template: SessionTemplate, *, run_id: int | None) -> _Capture:
-    from sessions.engine.proxy import EgressPolicy, EgressProxy
+    from sessions.engine.egress_policy import EgressPolicy
+    from sessions.engine.proxy import EgressProxy
     from sessions.engine.runner import PUBLIC_CREDENTIAL_FIELDS, Runner, RunPlan, SessionCheck
     from sessions.engine.sandbox.base import SandboxError, SandboxSpec
 

@@ -96,7 +96,8 @@ def session_document(portal_url: str) -> dict[str, Any]:
 @pytest.fixture
 def cdp_url(portal: str, tmp_path: Path) -> Iterator[str]:
     """A local sandbox's browser, allowed to reach the portal only, for the runner alone."""
-    from sessions.engine.proxy import EgressPolicy, EgressProxy
+    from sessions.engine.egress_policy import EgressPolicy
+    from sessions.engine.proxy import EgressProxy
     from sessions.engine.sandbox.backends import get_backend
     from sessions.engine.sandbox.base import SandboxSpec
 

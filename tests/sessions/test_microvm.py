@@ -30,7 +30,8 @@ from playwright.sync_api import Error as PlaywrightError
 from pandaweb.demo_portal.server import PortalServer, make_server
 from sessions import services
 from sessions.engine.config import EngineConfig
-from sessions.engine.proxy import EgressPolicy, EgressProxy
+from sessions.engine.egress_policy import EgressPolicy
+from sessions.engine.proxy import EgressProxy
 from sessions.engine.sandbox import cdp_gate
 from sessions.engine.sandbox.base import Sandbox, SandboxSpec
 from sessions.engine.sandbox.microvm.backend import MicroVMBackend

@@ -19,16 +19,9 @@ import pytest
 from django.conf import settings
 from playwright.sync_api import Playwright
 
-from sessions.engine.chromium import HEADLESS_ARGS, find_chromium
-from sessions.engine.proxy import (
-    PROXY_ANSWER_HEADER,
-    DeniedAttempt,
-    EgressDenied,
-    EgressPolicy,
-    EgressProxy,
-    chromium_proxy_args,
-    parse_ip_literal,
-)
+from sessions.engine.chromium import HEADLESS_ARGS, chromium_proxy_args, find_chromium
+from sessions.engine.egress_policy import EgressDenied, EgressPolicy, parse_ip_literal
+from sessions.engine.proxy import PROXY_ANSWER_HEADER, DeniedAttempt, EgressProxy
 
 SINK_HOST = "127.0.0.9"
 

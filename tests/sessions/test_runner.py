@@ -443,7 +443,8 @@ class RecordingSink:
 
 
 def test_the_run_time_limit_expires_the_run_mid_step(portal: str, tmp_path: Path) -> None:
-    from sessions.engine.proxy import EgressPolicy, EgressProxy
+    from sessions.engine.egress_policy import EgressPolicy
+    from sessions.engine.proxy import EgressProxy
     from sessions.engine.runner import Runner, RunPlan
     from sessions.engine.sandbox.backends import get_backend
     from sessions.engine.sandbox.base import SandboxSpec
@@ -546,7 +547,8 @@ def test_a_read_only_step_on_an_unchanged_page_takes_no_new_evidence(
 ) -> None:
     from sessions.engine import observation as observing
     from sessions.engine import recording
-    from sessions.engine.proxy import EgressPolicy, EgressProxy
+    from sessions.engine.egress_policy import EgressPolicy
+    from sessions.engine.proxy import EgressProxy
     from sessions.engine.runner import Runner, RunPlan
     from sessions.engine.sandbox.backends import get_backend
     from sessions.engine.sandbox.base import SandboxSpec

@@ -13,7 +13,8 @@ import time_machine
 from django.conf import settings
 
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
-from sessions.engine.proxy import EgressPolicy, EgressProxy
+from sessions.engine.egress_policy import EgressPolicy
+from sessions.engine.proxy import EgressProxy
 from sessions.engine.runner import HandBack, Runner, RunOutcome, RunPlan
 from sessions.engine.sandbox.backends import get_backend
 from sessions.engine.sandbox.base import Sandbox, SandboxSpec

@@ -49,7 +49,8 @@ from playwright.sync_api import Playwright
 
 from sessions.engine.chromium import find_chromium
 from sessions.engine.config import EngineConfig
-from sessions.engine.proxy import DeniedAttempt, EgressPolicy, EgressProxy
+from sessions.engine.egress_policy import EgressPolicy
+from sessions.engine.proxy import DeniedAttempt, EgressProxy
 from sessions.engine.sandbox.backends import get_backend
 from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.engine.sandbox.pandastack import GATE_HEADER, PandaStackBackend

@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sessions.engine.proxy import DeniedAttempt, EgressPolicy, EgressProxy
+from sessions.engine.egress_policy import EgressPolicy
+from sessions.engine.proxy import DeniedAttempt, EgressProxy
 from sessions.engine.sandbox._proc import atomic_write, mentions, read_deadline, strays
 
 POLICY_FILE = "policy.json"

@@ -23,8 +23,8 @@ tunnels (in the worker)
     The worker keeps a few WebSocket-upgraded connections open *into* the gate; when Chromium
     opens a proxy connection to the gate's loopback port, the gate hands it to one of them and
     the worker connects it to ``spec.proxy_url``. Chromium is given the same routing flags as in
-    the other backends (``sessions.engine.proxy.chromium_proxy_args``), aimed at the gate, so every
-    request is still judged and recorded by the run's ``EgressProxy``.
+    the other backends (``sessions.engine.chromium.chromium_proxy_args``), aimed at the gate, so
+    every request is still judged and recorded by the run's ``EgressProxy``.
 
 What this backend cannot do, and says so in ``details["isolation_warning"]``: the microVM has
 its own network, and the PandaStack API has no control over it. Chromium is held to the proxy by
@@ -66,9 +66,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from sessions.engine.chromium import HEADLESS_ARGS
+from sessions.engine.chromium import HEADLESS_ARGS, chromium_proxy_args
 from sessions.engine.config import EngineConfig
-from sessions.engine.proxy import chromium_proxy_args
 from sessions.engine.sandbox import cdp_gate
 from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.engine.sandbox.workdirs import json_version
