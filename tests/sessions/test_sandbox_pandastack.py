@@ -53,7 +53,8 @@ from sessions.engine.egress_policy import EgressPolicy
 from sessions.engine.proxy import DeniedAttempt, EgressProxy
 from sessions.engine.sandbox.backends import get_backend
 from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
-from sessions.engine.sandbox.pandastack import GATE_HEADER, PandaStackBackend
+from sessions.engine.sandbox.pandastack import PandaStackBackend
+from sessions.engine.sandbox.pandastack_link import GATE_HEADER
 
 pytest.importorskip("pandastack")
 
