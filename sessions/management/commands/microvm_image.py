@@ -6,7 +6,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sessions.engine.sandbox.microvm import image
+from sessions.engine.sandbox.microvm import image, recipe
 
 _MIB = 1024 * 1024
 
@@ -48,7 +48,7 @@ class Command(BaseCommand):
             found = image.find_image(root)
             if found is None:
                 raise CommandError(
-                    f"no guest image for key {image.current_key()[:16]} in {root}; "
+                    f"no guest image for key {recipe.current_key()[:16]} in {root}; "
                     "build it with `manage.py microvm_image`"
                 )
             self._describe(found)
@@ -56,7 +56,7 @@ class Command(BaseCommand):
 
         try:
             built = image.build_image(root, progress=self.stdout.write, force=options["force"])
-        except image.ImageBuildError as exc:
+        except recipe.ImageBuildError as exc:
             raise CommandError(str(exc)) from exc
         self._describe(built)
 
