@@ -4,11 +4,11 @@ from __future__ import annotations
 import os
 import sys
 
+from pandaweb.localfiles import ensure_local_files
+
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pandaweb.settings")
-    from pandaweb.localfiles import ensure_local_files
-
     # The embedded default's keys are made here, by an entry point; the settings only read them.
     ensure_local_files()
     from django.conf import settings

@@ -9,6 +9,7 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
+from approvals.crop import crop_around
 from approvals.models import (
     ApprovalComment,
     ApprovalDecision,
@@ -285,8 +286,6 @@ def approval_target_crop(approval: ApprovalRequest) -> str:
     if not cropped.is_file():
         if not outlined.is_file():
             return ""
-        from approvals.crop import crop_around
-
         # Written to a temporary name and renamed, so two viewers never serve half a file.
         partial = cropped.with_suffix(f".{uuid.uuid4().hex}.part")
         partial.write_bytes(crop_around(outlined.read_bytes(), box))

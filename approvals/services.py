@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
@@ -30,7 +30,6 @@ from pandaweb.core.dispatch import dispatch, task_named
 from pandaweb.core.roles import Capability, Role
 from pandaweb.reviewers.notify import ApprovalEvent, notify
 from pandaweb.webhooks.services import outbox_record_approval
-from sessions.engine import observation as observing
 from sessions.models import Run
 from sessions.services.records import lock_run
 from sessions.services.runstate import destroy_sandbox, host_queue, run_files_dir, transition
@@ -51,7 +50,20 @@ class ApprovalRefused(Exception):
 # Opening -----------------------------------------------------------------------------------------
 
 
-def approval_open(*, run: Run, gate: Any, previous: ApprovalRequest | None) -> ApprovalRequest:
+class Gate(Protocol):
+    """What the runner hands over at an irreversible step (``sessions.engine.plan.Gate``)."""
+
+    @property
+    def evidence(self) -> dict[str, Any]: ...
+    @property
+    def screenshot(self) -> bytes: ...
+    @property
+    def outlined(self) -> bytes: ...
+    @property
+    def changes(self) -> tuple[str, ...]: ...
+
+
+def approval_open(*, run: Run, gate: Gate, previous: ApprovalRequest | None) -> ApprovalRequest:
     """Freeze the evidence of a gate into a pending request (inside the caller's transaction,
     with ``run`` locked). ``previous`` is the approved request whose page changed since."""
 
@@ -64,12 +76,7 @@ def approval_open(*, run: Run, gate: Any, previous: ApprovalRequest | None) -> A
     stem = f"{number:02d}-{evidence['step_id']}"
     screenshot_path = directory / f"{stem}.png"
     screenshot_path.write_bytes(gate.screenshot)
-    box = (evidence.get("target") or {}).get("box")
-    outlined = (
-        observing.outline_target(gate.screenshot, (box["x"], box["y"], box["width"], box["height"]))
-        if box
-        else gate.screenshot
-    )
+    outlined = gate.outlined
     outlined_path = directory / f"{stem}.outlined.png"
     outlined_path.write_bytes(outlined)
     sealed = {

@@ -28,8 +28,8 @@ from pandaweb.reviewers.models import (
     SlackCard,
     SlackQuestionMessage,
 )
+from sessions.engine.steps.ask import ASK_LAUNCHER
 from sessions.services.runstate import run_files_dir
-from workflows.schema import ASK_LAUNCHER
 
 logger = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from approvals import services
 from approvals.models import ApprovalDecision, ApprovalRequest
+from approvals.passkeys import passkey_required
 from approvals.policy import approval_refusal
 from approvals.slack import client
 from pandaweb.reviewers.models import SlackDelivery, SlackIdentity
@@ -182,11 +183,8 @@ def _early_refusal(user: User, value: dict[str, Any]) -> str:
         refusal = f"this request is already {approval.get_status_display().lower()}"
     if refusal is None and approval.expires_at <= timezone.now():
         refusal = "this request is already expired"
-    if refusal is None:
-        from approvals.passkeys import passkey_required
-
-        if passkey_required(approval):
-            refusal = "this request needs your passkey: decide on the approval page"
+    if refusal is None and passkey_required(approval):
+        refusal = "this request needs your passkey: decide on the approval page"
     return f"Not recorded. {_sentence(refusal)} <{link}|Open the request>" if refusal else ""
 
 

@@ -14,7 +14,7 @@ from django.utils.text import capfirst
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 
-from approvals import selectors, services
+from approvals import questions, selectors, services
 from approvals.forms import AwayForm
 from approvals.models import ApprovalDecision, ApprovalRequest, ReviewerAbsence
 from approvals.passkeys import passkey_required
@@ -22,6 +22,7 @@ from approvals.policy import approval_refusal
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
+from pandaweb.reviewers.views import profile_context
 
 A = ApprovalRequest.Status
 
@@ -30,14 +31,12 @@ A = ApprovalRequest.Status
 @capability_required(Capability.VIEW_RUNS)
 def question_answer(request: AuthenticatedRequest, question_id: int) -> HttpResponse:
     """Answer a run's question from its page; back to the run page, with the refusal if any."""
-    from approvals.questions import QuestionRefused, question_answer
-
     run_id = selectors.question_run_id(question_id)
     try:
-        question_answer(
+        questions.question_answer(
             question_id=question_id, user=request.user, answer=request.POST.get("answer", "")
         )
-    except QuestionRefused as exc:
+    except questions.QuestionRefused as exc:
         messages.error(request, f"Your answer was not taken: {exc}.")
     else:
         messages.info(request, "Answer sent: the run goes on.")
@@ -284,8 +283,6 @@ def reviewer_profile(request: AuthenticatedRequest) -> HttpResponse:
                 return redirect("profile")
     elif request.method != "GET":
         return HttpResponseNotAllowed(["GET", "POST"])
-    from pandaweb.reviewers.views import profile_context
-
     return render(
         request,
         "reviewers/profile.html",

@@ -35,7 +35,8 @@ from _harness import (
     temp_dir,
 )
 
-from sessions.engine.runner import Runner, RunPlan, SessionCheck
+from sessions.engine.plan import RunPlan, SessionCheck
+from sessions.engine.runner import Runner
 from sessions.engine.sandbox.base import Sandbox, SandboxSpec
 from sessions.engine.sandbox.local import LocalBackend
 from sessions.engine.sandbox.microvm.backend import MicroVMBackend

@@ -53,7 +53,8 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 from sessions.consumers import frame_message  # noqa: E402
 from sessions.engine.chromium import HEADLESS_ARGS, find_chromium  # noqa: E402
 from sessions.events import run_feed_group, run_live_group  # noqa: E402
-from sessions.live import LiveFeed, layer_send, receive_group_on_this_loop  # noqa: E402
+from sessions.layer import layer_send, receive_group_on_this_loop  # noqa: E402
+from sessions.live import LiveFeed  # noqa: E402
 
 RUN_ID = 1
 PAGE = """<!doctype html><title>Ticking</title>

@@ -45,7 +45,8 @@ from _harness import engine_config, load_line  # noqa: E402
 from pandaweb.demo_portal.server import make_server  # noqa: E402
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME  # noqa: E402
 from sessions.engine.chromium import HEADLESS_ARGS, find_chromium  # noqa: E402
-from sessions.engine.observation import PageWatch, interactive_controls, observe, take  # noqa: E402
+from sessions.engine.observation import PageWatch, observe, take  # noqa: E402
+from sessions.engine.reading import interactive_controls  # noqa: E402
 
 PAGES_DIR = Path(__file__).resolve().parent / "pages"
 PORTAL_PATHS = (

@@ -188,7 +188,8 @@ def concurrent(counts: list[int], interval: float) -> None:
 
 def at_once(n: int, workflow: Any, backend: Any, proxy: Any, files: Path, interval: float) -> None:
     from sessions.engine import recording
-    from sessions.engine.runner import Runner, RunPlan
+    from sessions.engine.plan import RunPlan
+    from sessions.engine.runner import Runner
 
     peak = [0]
     stop = threading.Event()
@@ -266,7 +267,8 @@ def main() -> int:
         print(f"end: {load_line()}")
         return 0
 
-    from sessions.engine.runner import Runner, RunPlan
+    from sessions.engine.plan import RunPlan
+    from sessions.engine.runner import Runner
     from sessions.engine.sandbox.local import LocalBackend
 
     print(f"start: {load_line()}")

@@ -10,7 +10,7 @@ workflows/examples/acme-pay-invoice.yaml (everything before the irreversible sub
   A  a bare Playwright script: connect_over_cdp to the sandbox, the same gotos, fills, clicks,
      extract, download and screenshot with plain locators, nothing recorded;
   B  the production runner, ``Runner(plan, sink).run(cdp_url)``, with observation, masked
-     screenshot per step, and production's own sink (``sessions.services.writer._Sink``: a writer
+     screenshot per step, and production's own sink (``sessions.services.writer.RunSink``: a writer
      thread calling ``run_record_step``, which draws overlay and thumbnail, on a migrated SQLite
      database in a temporary PANDAWEB_DATA_DIR).
 
@@ -119,6 +119,7 @@ def install_profiling() -> None:
 
 
 def profiled_runner_class() -> type[Any]:
+    from sessions.engine import capturing
     from sessions.engine.runner import Runner
 
     class ProfiledRunner(Runner):
@@ -140,14 +141,18 @@ def profiled_runner_class() -> type[Any]:
                 PROFILE.add("act", time.perf_counter() - t0)
                 PROFILE.phase = ""
 
-        def _capture(self, record: Any, *, touched_page: bool, watch: bool = True) -> None:
-            assert PROFILE is not None
-            PROFILE.phase = "capture"
-            try:
-                super()._capture(record, touched_page=touched_page, watch=watch)
-            finally:
-                PROFILE.phase = ""
+    # The runner captures through the module's function: the phase is set around it there.
+    capture = capturing.capture
 
+    def capture_phase(runner: Any, record: Any, *, touched_page: bool, watch: bool = True) -> None:
+        assert PROFILE is not None
+        PROFILE.phase = "capture"
+        try:
+            capture(runner, record, touched_page=touched_page, watch=watch)
+        finally:
+            PROFILE.phase = ""
+
+    capturing.capture = capture_phase
     return ProfiledRunner
 
 
@@ -158,9 +163,9 @@ class TimedSink:
     """Production's sink, noting when the runner handed over the last step."""
 
     def __init__(self, run_id: int) -> None:
-        from sessions.services.writer import _Sink
+        from sessions.services.writer import RunSink
 
-        self.inner = _Sink(run_id)
+        self.inner = RunSink(run_id)
         self.last_step_at = 0.0
         self.first_step_at = 0.0
         self.records: list[Any] = []
@@ -199,7 +204,8 @@ def recorded_run(
     *,
     artifacts_dir: str | None = None,
 ) -> dict[str, float]:
-    from sessions.engine.runner import Runner, RunPlan
+    from sessions.engine.plan import RunPlan
+    from sessions.engine.runner import Runner
 
     run_id = persistence.new_run(workflow.inputs)
     plan = RunPlan(

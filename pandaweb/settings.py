@@ -24,6 +24,7 @@ from sessions.engine.config import (
     NAMESPACE_MODES,
     EngineConfig,
 )
+from workflows.vault import check_key
 
 # Lets generic admin and queryset annotations (ModelAdmin[Run]) work at run time.
 django_stubs_ext.monkeypatch()
@@ -205,8 +206,6 @@ def credential_keys() -> list[str]:
 
     ``PANDAWEB_CREDENTIAL_KEYS`` is a comma-separated list; the first key encrypts, all decrypt.
     """
-    from workflows.vault import check_key
-
     keys = env_list("PANDAWEB_CREDENTIAL_KEYS", [])
     if not keys:
         key_file = local_file(CREDENTIAL_KEYS_FILE, "PANDAWEB_CREDENTIAL_KEYS")

@@ -34,7 +34,7 @@ from sessions.events import (
     run_group,
     run_live_group,
 )
-from sessions.live import layer_send, receive_group_on_this_loop
+from sessions.layer import layer_send, receive_group_on_this_loop
 from sessions.models import Run
 from sessions.rendering import Viewer, messages_for, queue_context
 from sessions.selectors import run_events_after

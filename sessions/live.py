@@ -31,8 +31,9 @@ from channels.layers import InMemoryChannelLayer, channel_layers, get_channel_la
 from django.conf import settings
 
 from sessions.engine.filmstrip import filmstrip_append
-from sessions.engine.runner import MASK, HandBack
+from sessions.engine.plan import HandBack
 from sessions.engine.screencast import UNREADABLE_DIALOG, BrowserTap, CdpError, Dialog, Frame
+from sessions.engine.vocabulary import MASK
 from sessions.events import (
     LiveControl,
     LiveDialog,
@@ -41,6 +42,11 @@ from sessions.events import (
     LiveStep,
     run_feed_group,
     run_live_group,
+)
+from sessions.layer import (
+    layer_send,
+    receive_group_on_this_loop,
+    stop_receiving_group_on_this_loop,
 )
 from sessions.services.control import control_close, control_open
 from sessions.services.runstate import RunError, run_files_dir
@@ -55,28 +61,6 @@ CONTROL_FRAME_SECONDS = 1.0
 TAP_RETRY_SECONDS = 10.0
 # Inputs a control session keeps; a person sending more is told so and the rest are refused.
 CONTROL_MAX_INPUTS = 5000
-
-# The in-memory channel layer (one process, the embedded default) is not thread-safe: a message
-# put on a queue from another thread's loop does not wake the loop waiting on it. So each side
-# says which loop receives a group's messages, and sends for that group run on that loop.
-_receiving_loops: dict[str, asyncio.AbstractEventLoop] = {}
-
-
-def receive_group_on_this_loop(group: str) -> None:
-    _receiving_loops[group] = asyncio.get_running_loop()
-
-
-async def layer_send(group: str, message: dict[str, Any], *, channel: str = "") -> None:
-    """Send ``message`` to ``group`` (or to ``channel``, a member of it), thread-safely."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    send = layer.send(channel, message) if channel else layer.group_send(group, message)
-    loop = _receiving_loops.get(group) if isinstance(layer, InMemoryChannelLayer) else None
-    if loop is None or loop is asyncio.get_running_loop() or loop.is_closed():
-        await send
-        return
-    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(send, loop))
 
 
 @dataclass
@@ -261,8 +245,7 @@ class LiveFeed:
             with contextlib.suppress(Exception):
                 await self._tap.close()
             await layer.group_discard(self.feed_group, channel)
-            if _receiving_loops.get(self.feed_group) is self._loop:
-                _receiving_loops.pop(self.feed_group, None)
+            stop_receiving_group_on_this_loop(self.feed_group)
 
     async def _receive(self, layer: Any, channel: str) -> None:
         while True:

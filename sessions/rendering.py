@@ -18,11 +18,11 @@ from approvals.selectors import question_pending
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
 from sessions import selectors
-from sessions.engine.runner import STALE_SESSION
+from sessions.engine.steps.ask import ask_audience
+from sessions.engine.vocabulary import STALE_SESSION
 from sessions.models import Run, RunEvent, StepResult
 from sessions.services.launch import reconcile_refusal
 from sessions.services.runstate import concurrency_limit, queue_position
-from workflows.schema import ask_audience
 
 
 class Fragment(TypedDict):

@@ -8,16 +8,11 @@ from typing import Any
 from django.db.models import QuerySet
 from django.http import Http404
 
+from sessions.engine.steps.base import StepBase
+from sessions.engine.steps.language import REFERENCE, TEMPLATE
 from sessions.models import Run, RunEvent, SessionTemplate, StepResult
 from workflows.models import Workflow, WorkflowVersion
-from workflows.schema import (
-    REFERENCE,
-    STEP_ADAPTER,
-    TEMPLATE,
-    SessionSpec,
-    StepBase,
-    describe_step,
-)
+from workflows.schema import STEP_ADAPTER, SessionSpec, describe_step
 
 
 def run_get(run_id: int) -> Run:

@@ -15,22 +15,28 @@ logger = logging.getLogger(__name__)
 # No automatic retry: a run that failed half way may have done something real.
 @shared_task(name="runs.execute", ignore_result=True, acks_late=False)
 def run_execute_task(*, run_id: int) -> None:
+    from sessions.services import execution
+
     if not Run.objects.filter(pk=run_id).exists():
         logger.warning("run %s is gone; nothing to execute", run_id)
         return
-    services.run_execute(run_id=run_id)
+    execution.run_execute(run_id=run_id)
 
 
 # No retry either: a continuation performs an approved irreversible action at most once.
 @shared_task(name="runs.continue", ignore_result=True, acks_late=False)
 def run_continue_task(*, run_id: int, approval_id: int) -> None:
-    services.run_continue(run_id=run_id, approval_id=approval_id)
+    from sessions.services import execution
+
+    execution.run_continue(run_id=run_id, approval_id=approval_id)
 
 
 # No retry: the answer (a one-time code) is taken once.
 @shared_task(name="runs.answer", ignore_result=True, acks_late=False)
 def run_answer_continue_task(*, run_id: int, question_id: int) -> None:
-    services.run_answer_continue(run_id=run_id, question_id=question_id)
+    from sessions.services import execution
+
+    execution.run_answer_continue(run_id=run_id, question_id=question_id)
 
 
 @shared_task(name="runs.destroy_sandbox", ignore_result=True)
@@ -103,10 +109,12 @@ def runs_reap_task() -> None:
 # No retry: a login that failed (a changed password) must not be tried again and again.
 @shared_task(name="runs.bake_session_template", ignore_result=True, acks_late=False)
 def session_template_bake_task(*, template_id: int) -> None:
+    from sessions.services import baking
+
     if not SessionTemplate.objects.filter(pk=template_id).exists():
         logger.warning("session template %s is gone; nothing to bake", template_id)
         return
-    services.template_bake(template_id=template_id)
+    baking.template_bake(template_id=template_id)
 
 
 @shared_task(name="runs.discard_session_template_state", ignore_result=True)

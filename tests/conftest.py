@@ -3,6 +3,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import pkgutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,8 +67,13 @@ def every_module_imported_before_any_patch() -> None:
     get_resolver().url_patterns  # noqa: B018 - imports every URLconf and its views
     for config in apps.get_app_configs():
         for module in ("tasks", "services"):
-            if importlib.util.find_spec(f"{config.name}.{module}") is not None:
-                importlib.import_module(f"{config.name}.{module}")
+            if importlib.util.find_spec(f"{config.name}.{module}") is None:
+                continue
+            imported = importlib.import_module(f"{config.name}.{module}")
+            # A services package's worker side (run execution, baking, the record writer) is
+            # imported by tasks only, inside their bodies: import every part here.
+            for part in pkgutil.iter_modules(getattr(imported, "__path__", [])):
+                importlib.import_module(f"{imported.__name__}.{part.name}")
 
 
 @pytest.fixture(autouse=True)

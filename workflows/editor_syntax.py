@@ -21,15 +21,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workflows.schema import (
+from sessions.engine.steps.assertion import (
     CHECK_ADAPTER,
     CompareCheck,
     CountCheck,
-    ExtractField,
-    Target,
     TextCheck,
     UrlCheck,
 )
+from sessions.engine.steps.extract import ExtractField
+from sessions.engine.steps.language import Target
 
 OPERATORS = ("==", "!=", "<=", ">=", "<", ">", "contains")
 

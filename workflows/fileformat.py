@@ -14,7 +14,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import ValidationError
 
-from workflows.schema import CHECK_KINDS, FORMAT_VERSION, STEP_TYPES, Problem, WorkflowDocument
+from sessions.engine.steps.assertion import CHECK_KINDS
+from sessions.engine.steps.base import Problem
+from workflows.schema import FORMAT_VERSION, STEP_TYPES, WorkflowDocument
 
 MAX_FILE_BYTES = 1_000_000
 MAX_NODES = 50_000

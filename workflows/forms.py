@@ -7,6 +7,9 @@ from django.contrib.auth.models import Group
 from django.utils.text import slugify
 
 from pandaweb.core.fields import ModelChoicesField
+from sessions.engine.steps.assertion import CHECK_ADAPTER
+from sessions.engine.steps.extract import ExtractField
+from sessions.engine.steps.language import Target
 from workflows.editor_syntax import (
     format_check,
     format_extract_field,
@@ -15,12 +18,7 @@ from workflows.editor_syntax import (
     parse_lines,
 )
 from workflows.models import Credential
-from workflows.schema import (
-    CHECK_ADAPTER,
-    STEP_TYPES,
-    ExtractField,
-    Target,
-)
+from workflows.schema import STEP_CLASSES, STEP_EDITOR_FIELDS, STEP_TYPES
 
 TARGET_HELP = (
     'How a person finds it on the page: button "Submit payment", link "Invoices", '
@@ -147,23 +145,8 @@ _TARGET_KEYS = {
 class StepForm(forms.Form):
     """The fields of one step type; ``to_data`` gives the step as the file format has it."""
 
-    FIELDS: dict[str, tuple[str, ...]] = {
-        "goto": ("url",),
-        "click": ("target", "dialog", "prompt_text"),
-        "fill": ("target", "value"),
-        "select": ("target", "option"),
-        "check": ("target",),
-        "uncheck": ("target",),
-        "press": ("key", "target_optional"),
-        "wait_for": ("condition", "target_optional", "url", "text"),
-        "wait": ("seconds",),
-        "extract": ("fields_text",),
-        "assert": ("checks_text",),
-        "screenshot": ("name", "full_page"),
-        "download": ("target", "name"),
-        "login": ("credential", "username_target", "password_target", "submit_target"),
-        "ask": ("question", "answer", "options_text", "save_as", "answered_by", "timeout_minutes"),
-    }
+    # Which of the fields below each kind shows: the kind says (``editor_fields``).
+    FIELDS = STEP_EDITOR_FIELDS
     # pydantic's field names → this form's
     SCHEMA_FIELDS = {
         "fields": "fields_text",
@@ -344,7 +327,7 @@ class StepForm(forms.Form):
         keep = [*self.FIELDS[step_type], "id", "description", "timeout_ms"]
         # A session step runs on every bake without anyone's approval: never irreversible, so it
         # has no outcome to wait for either.
-        if not session and step_type != "ask":
+        if not session and STEP_CLASSES[STEP_TYPES.index(step_type)].can_be_irreversible:
             keep += ["irreversible", "expect_kind", "expect_value"]
         for field in list(self.fields):
             if field not in keep:
@@ -372,9 +355,10 @@ class StepForm(forms.Form):
                 if kind == "target"
                 else expect.get(kind, "")
             )
-        if step.get("type") in ("press", "wait_for") and "target" in step:
+        shown = cls.FIELDS.get(step.get("type", ""), ())
+        if "target_optional" in shown and "target" in step:
             initial["target_optional"] = initial.pop("target")
-        if step.get("type") == "wait_for":
+        if "condition" in shown:
             if "target" in step:
                 initial["condition"] = step.get("state", "visible")
             else:
@@ -408,7 +392,7 @@ class StepForm(forms.Form):
                 self._put_target(data, field, cleaned.get(field))
             else:
                 self._put_field(data, field, cleaned.get(field))
-        if self.step_type == "wait_for" and cleaned.get("condition") not in ("visible", "hidden"):
+        if "condition" in self.fields and cleaned.get("condition") not in ("visible", "hidden"):
             data.pop("target", None)
         return None if self.errors else data
 
@@ -436,7 +420,7 @@ class StepForm(forms.Form):
                 data["network_idle"] = True
         elif field == "credential":
             data["credential"] = value.name if value else None
-        elif field in ("url", "text") and self.step_type == "wait_for":
+        elif field in ("url", "text") and "condition" in self.fields:
             if self.cleaned_data.get("condition") == field:
                 data[field] = value or None
         elif field in ("seconds", "timeout_minutes"):

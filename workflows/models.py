@@ -1,15 +1,12 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import models
 from django.db.models import Q
 from django.utils.functional import cached_property
 
-if TYPE_CHECKING:
-    from workflows.schema import WorkflowSettings
+from workflows.schema import WorkflowSettings
 
 
 class Credential(models.Model):
@@ -153,8 +150,6 @@ class WorkflowVersion(models.Model):
     def settings_model(self) -> WorkflowSettings:
         """The version's settings, typed: what services read (the defaults live in the schema
         and nowhere else). A published document was validated, so this does not fail for one."""
-        from workflows.schema import WorkflowSettings
-
         return WorkflowSettings.model_validate((self.document or {}).get("settings") or {})
 
     @property

@@ -6,8 +6,10 @@ from typing import Any
 from django.db.models import Count, Max, Q, QuerySet
 from django.http import Http404
 
+from sessions.engine.steps.base import StepBase
+from sessions.engine.steps.language import Target
 from workflows.models import Credential, Workflow, WorkflowVersion
-from workflows.schema import STEP_ADAPTER, StepBase, Target, describe_step
+from workflows.schema import STEP_ADAPTER, describe_step
 
 
 def workflow_list(*, search: str = "", archived: bool = False) -> QuerySet[Workflow]:

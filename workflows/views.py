@@ -15,6 +15,7 @@ from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability, Role
 from sessions import selectors as session_selectors
+from sessions.engine.steps.language import Target
 from workflows import selectors, services
 from workflows.diff import document_diff
 from workflows.forms import (
@@ -29,7 +30,7 @@ from workflows.forms import (
     lines,
 )
 from workflows.models import Credential, Workflow
-from workflows.schema import SESSION_STEP_TYPES, STEP_LABELS, STEP_TYPES, Parameter, Target
+from workflows.schema import SESSION_STEP_TYPES, STEP_LABELS, STEP_TYPES, Parameter
 
 STEP_PALETTE = list(STEP_LABELS.items())
 

@@ -29,7 +29,7 @@ from ninja.security import HttpBearer
 from approvals import selectors as approval_selectors
 from approvals.models import ApprovalDecision, ApprovalRequest, Question
 from approvals.policy import approval_refusal
-from approvals.questions import MASK, QuestionRefused, question_answer
+from approvals.questions import QuestionRefused, question_answer
 from approvals.services import ApprovalRefused, approval_decide
 from pandaweb.api import problems, ratelimit
 from pandaweb.api.jsonschema import parameters_schema
@@ -61,6 +61,7 @@ from pandaweb.audit.exports import AuditExportError, audit_export_to_file
 from pandaweb.audit.services import audit_verify_database
 from pandaweb.core.security import with_docs_policy
 from sessions import selectors as run_selectors
+from sessions.engine.vocabulary import MASK
 from sessions.models import Artifact, Run, StepResult
 from sessions.services import (
     IdempotencyKeyReused,

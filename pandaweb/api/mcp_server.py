@@ -31,6 +31,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
 from approvals.models import ApprovalRequest
+from approvals.selectors import question_pending
 from pandaweb.api import ratelimit
 from pandaweb.api.jsonschema import parameters_schema
 from pandaweb.api.parsing import NUL_MESSAGE, nul_fields
@@ -224,8 +225,6 @@ def describe(run: Run, base_url: str) -> tuple[dict[str, Any], bool]:
         answer["message"] = f"Run #{run.pk} finished."
         return answer, False
     if run.status == Run.Status.AWAITING_ANSWER:
-        from approvals.selectors import question_pending
-
         question = question_pending(run)
         answer["message"] = (
             "waiting for a person to answer on the run page (the answer never passes through "

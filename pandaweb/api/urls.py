@@ -6,6 +6,8 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path, re_path
 
 from pandaweb.api import views
+from pandaweb.api.api import api
+from pandaweb.api.problems import Problem, render
 
 app_name = "account"
 urlpatterns = [
@@ -19,8 +21,6 @@ def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
     """The API's URL patterns, exempt from the dashboard's sign-in redirect: a token, not a
     session, authenticates them (and an unauthenticated call gets a 401 problem, not a login
     page). The docs page and the OpenAPI document need no token."""
-    from pandaweb.api.api import api
-
     patterns, app, namespace = api.urls
 
     def exempt(items: list[Any]) -> None:
@@ -37,6 +37,4 @@ def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
 
 def _no_such_endpoint(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
     """Any other path under /api/v1/: a problem document, not the dashboard's HTML 404 page."""
-    from pandaweb.api.problems import Problem, render
-
     return render(request, Problem(404, "no such endpoint; see /api/v1/docs"))

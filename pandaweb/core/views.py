@@ -8,13 +8,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from approvals.selectors import questions_for
 from pandaweb.core.dispatch import dispatch
 from pandaweb.core.http import HtmxHttpRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
 from pandaweb.core.selectors import deployment_summary, heartbeat_list
 from pandaweb.core.tasks import worker_ping
-from sessions import console
+from sessions import console, retention
 
 
 @require_GET
@@ -33,8 +34,6 @@ def home(request: HttpRequest) -> HttpResponse:
         if context["decides"]:
             context["my_approvals"] = console.approvals_for(user)
         if sees_runs:
-            from approvals.selectors import questions_for
-
             context["my_questions"] = questions_for(user, limit=10)
             context["mine"] = console.my_runs(user)
             context["failures"] = console.failures_today()
@@ -48,8 +47,6 @@ def system(request: HtmxHttpRequest) -> HttpResponse:
     template = "core/system.html#heartbeats" if request.htmx else "core/system.html"
     context: dict[str, Any] = {"deployment": deployment_summary(), "heartbeats": heartbeat_list()}
     if not request.htmx:
-        from sessions import console, retention
-
         context["capacity"] = console.capacity()
         context["disk_files"], context["disk_bytes"] = retention.run_files_usage()
     return render(request, template, context)

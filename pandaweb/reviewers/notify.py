@@ -8,13 +8,11 @@ the queue and in the workflow's Slack channel, where the reviewer finds it.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, time
 from typing import Literal
-from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
@@ -22,7 +20,9 @@ from django.contrib.auth.models import User
 from django.core.mail import send_mail
 from django.utils import timezone
 
-from pandaweb.reviewers.models import NotificationPreference, PushSubscription
+from approvals import slack
+from pandaweb.reviewers.models import NotificationPreference, PushSubscription, SlackIdentity
+from pandaweb.reviewers.push import push_endpoint_refusal, vapid
 
 logger = logging.getLogger(__name__)
 
@@ -88,13 +88,9 @@ def notify(user: User, event: ApprovalEvent) -> list[Channel]:
 
 
 def _slack_dm(user: User, event: ApprovalEvent) -> bool:
-    from pandaweb.reviewers.models import SlackIdentity
-
     identity = SlackIdentity.objects.filter(user=user).first()
     if identity is None or not settings.SLACK_BOT_TOKEN:
         return False
-    from approvals import slack
-
     try:
         # A bot may post to a user id: Slack delivers it as a direct message from the app.
         if event.kind in ("question.asked", "question.reminded"):
@@ -112,30 +108,8 @@ def _slack_dm(user: User, event: ApprovalEvent) -> bool:
     return True
 
 
-def push_endpoint_refusal(endpoint: str) -> str | None:
-    """Why pandaweb will not post to ``endpoint`` (None when it will). Push services are public
-    HTTPS hosts; an address in a private range is never one."""
-    parts = urlsplit(endpoint)
-    if parts.scheme != "https" and not (parts.scheme == "http" and settings.WEB_PUSH_ALLOW_HTTP):
-        return "a push endpoint must be an https URL"
-    host = parts.hostname or ""
-    if not host:
-        return "a push endpoint needs a host"
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    if settings.WEB_PUSH_ALLOW_HTTP and address.is_loopback:
-        return None  # a loopback fake push service, allowed together with plain http
-    if not address.is_global:
-        return "a push endpoint may not be a private, loopback or link-local address"
-    return None
-
-
 def _push(user: User, event: ApprovalEvent) -> bool:
     from pywebpush import WebPushException, webpush
-
-    from pandaweb.reviewers.push import vapid
 
     payload = json.dumps(
         {"title": event.title, "body": event.body.split("\n")[0], "url": event.url}

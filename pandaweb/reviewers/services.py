@@ -19,6 +19,7 @@ from pandaweb.reviewers.models import (
     SlackIdentity,
     SlackLinkCode,
 )
+from pandaweb.reviewers.push import push_endpoint_refusal
 
 LINK_CODE_LIFETIME = timedelta(minutes=10)
 # No 0/O, 1/I/L: the code is read off one screen and typed into another.
@@ -138,8 +139,6 @@ def notification_preference_update(
 def push_subscription_save(
     *, user: User, endpoint: str, p256dh: str, auth: str
 ) -> PushSubscription:
-    from pandaweb.reviewers.notify import push_endpoint_refusal
-
     refusal = push_endpoint_refusal(endpoint)
     if refusal:
         raise ReviewerError(refusal)

@@ -32,6 +32,7 @@ from pandaweb.core.dispatch import dispatch, task_named
 from pandaweb.webhooks import payloads
 from pandaweb.webhooks.models import Attempt, Event, Message, Subscription
 from sessions.models import Run
+from workflows.services.credentials import vault
 
 logger = logging.getLogger(__name__)
 
@@ -63,19 +64,13 @@ class WebhookError(Exception):
 # Secrets -----------------------------------------------------------------------------------------
 
 
-def _vault() -> Any:
-    from workflows.services import vault
-
-    return vault()
-
-
 def secret_generate() -> str:
     """A Standard Webhooks secret: ``whsec_`` and 32 random bytes in base64."""
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
 def subscription_secret(subscription: Subscription) -> str:
-    return _vault().open(subscription.secret_sealed)["secret"]
+    return vault().open(subscription.secret_sealed)["secret"]
 
 
 # Subscriptions -----------------------------------------------------------------------------------
@@ -123,7 +118,7 @@ def subscription_create(
             url=url,
             events=events,
             workflow_id=workflow_id,
-            secret_sealed=_vault().seal({"secret": secret}),
+            secret_sealed=vault().seal({"secret": secret}),
             created_by=user,
         )
         audit_record(
@@ -205,7 +200,7 @@ def subscription_rotate_secret(*, subscription_id: int, user: User) -> str:
     secret = secret_generate()
     with transaction.atomic():
         subscription = _lock(subscription_id)
-        subscription.secret_sealed = _vault().seal({"secret": secret})
+        subscription.secret_sealed = vault().seal({"secret": secret})
         subscription.save(update_fields=["secret_sealed", "updated_at"])
         audit_record(
             action="webhook.secret_rotated",

@@ -1,4 +1,4 @@
-"""What the robot saw: a compact, numbered list of a page's controls, and pictures of them.
+"""What the robot saw: a compact, numbered list of a page's controls, taken from the page.
 
 No Django imports. The runner takes a page's state with ``take`` (cheap, at the instant a step
 ends) and the run's writer builds the numbered ``Observation`` from it later, off the runner's path.
@@ -11,99 +11,45 @@ values and boxes, the texts between them, and the values of password inputs. The
 cannot see that world. What it leaves out is said: the content of a cross-origin iframe is not
 walked, and the observation has a line saying so.
 
-We keep what a person could interact with, plus headings, landmarks, alerts/status messages and
-the text of table rows / list items that hold controls (so that twenty "Pay" buttons can be told
-apart), and drop the rest. Every interactive element's ``ref`` is a Playwright selector that
-addresses it (``page.locator(ref)``): ``nth-child`` steps from its document, through shadow hosts
-and into iframes, valid for the page as it was taken.
-
-Boxes are CSS pixels relative to the top-left corner of the viewport, i.e. what
-``page.screenshot()`` (without ``full_page``) captures, clipped to the iframe that shows them;
-multiply by the device scale factor to get screenshot pixels (``overlay`` does that).
+Which elements are kept, and how secrets are redacted from them, is ``sessions.engine.reading``;
+the pictures drawn from a step's screenshot are ``sessions.engine.pictures``. Every interactive
+element's ``ref`` is a Playwright selector that addresses it (``page.locator(ref)``):
+``nth-child`` steps from its document, through shadow hosts and into iframes, valid for the page
+as it was taken.
 
 Secrets: the value of a password input is a secret. Every such value and every caller-supplied
 secret is redacted from names, values, the URL and the title before anything is rendered, so
 neither ``text`` nor ``to_dict()`` can carry one, and every field showing one is masked in the
 screenshot. Password inputs are found by code in the page, which a hostile page can fool;
 ``secret_values`` (what the runner typed) is the defence that holds.
-
-``parse_snapshot`` reads Playwright's own AI snapshot (``page.aria_snapshot(mode="ai")``), against
-which tests and benchmarks check that every control it lists is addressed here too.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import io
 import json
 import math
-import re
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from PIL import Image, ImageDraw, ImageFont
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Locator, Page
 
+from sessions.engine.aria_snapshot import SnapshotNode
+from sessions.engine.reading import (
+    GROUP_ROLES,
+    MESSAGE_ROLES,
+    OPTIONS_SHOWN,
+    Box,
+    Builder,
+    Redactor,
+    is_landmark,
+)
 from sessions.engine.screencast import mask_frame
-
-MASK = "••••"
-NAME_LIMIT = 80
-VALUE_LIMIT = 80
-CONTEXT_LIMIT = 100
-MESSAGE_LIMIT = 160
-# An open modal's own words (the amount, the payee it asks about): longer than a message.
-DIALOG_TEXT_LIMIT = 500
-OPTIONS_SHOWN = 12
-
-# Roles a person acts on. An element with a ref and a pointer cursor counts too: that is how
-# Playwright flags clickable divs that carry no role.
-INTERACTIVE_ROLES = frozenset(
-    {
-        "button",
-        "checkbox",
-        "combobox",
-        "link",
-        "listbox",
-        "menuitem",
-        "menuitemcheckbox",
-        "menuitemradio",
-        "option",
-        "radio",
-        "searchbox",
-        "slider",
-        "spinbutton",
-        "switch",
-        "tab",
-        "textbox",
-        "treeitem",
-    }
-)
-VALUE_ROLES = frozenset({"textbox", "searchbox", "combobox", "spinbutton", "slider"})
-# Named regions/forms only: unnamed ones are just containers.
-LANDMARK_ROLES = frozenset(
-    {"banner", "navigation", "main", "contentinfo", "complementary", "search", "dialog"}
-    | {"alertdialog", "iframe"}
-)
-NAMED_LANDMARK_ROLES = frozenset({"region", "form"})
-MESSAGE_ROLES = frozenset({"alert", "status"})
-# Modals whose text is kept, not only their controls: what they ask is in the text.
-DIALOG_ROLES = frozenset({"dialog", "alertdialog"})
-# Containers whose leftover text tells otherwise identical controls apart.
-GROUP_ROLES = frozenset({"row", "listitem", "article"})
-
-
-class Box(NamedTuple):
-    """A rectangle in CSS pixels, relative to the viewport's top-left corner."""
-
-    x: float
-    y: float
-    width: float
-    height: float
 
 
 @dataclass(frozen=True)
@@ -200,419 +146,6 @@ class Observation:
         return json.dumps(self.to_dict(), ensure_ascii=False)
 
 
-# --- the snapshot's YAML-ish text, parsed ------------------------------------------------------
-
-
-@dataclass
-class SnapshotNode:
-    """One node of an aria snapshot as Playwright rendered it."""
-
-    role: str
-    name: str = ""
-    attrs: dict[str, str] = field(default_factory=dict)
-    text: str | None = None
-    props: dict[str, str] = field(default_factory=dict)
-    children: list[SnapshotNode] = field(default_factory=list)
-
-    @property
-    def ref(self) -> str | None:
-        return self.attrs.get("ref")
-
-    @property
-    def interactive(self) -> bool:
-        return self.ref is not None and (
-            self.role in INTERACTIVE_ROLES or self.attrs.get("cursor") == "pointer"
-        )
-
-    def walk(self) -> Iterator[SnapshotNode]:
-        yield self
-        for child in self.children:
-            yield from child.walk()
-
-
-_ATTR = re.compile(r"\[([a-z-]+)(?:=([^\]]*))?\]")
-_DQ_ESCAPES = {"\\": "\\", '"': '"', "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-
-
-def parse_snapshot(snapshot: str) -> list[SnapshotNode]:
-    """Parse Playwright's aria snapshot text into a tree (top-level nodes returned).
-
-    The format is the YAML subset written by Playwright's ``renderAriaSnapshotAsYaml``: one
-    ``- key`` / ``- key: value`` / ``- key:`` item per line, two spaces per level, keys in single
-    quotes and values in double quotes only when YAML needs it. A YAML library would do, but it
-    would also turn unquoted values such as ``1:30`` or ``2026-08-01`` into numbers and dates.
-    """
-    roots: list[SnapshotNode] = []
-    stack: list[tuple[int, SnapshotNode]] = []
-    for raw_line in snapshot.splitlines():
-        stripped = raw_line.lstrip(" ")
-        if not stripped.startswith("- "):
-            continue
-        depth = (len(raw_line) - len(stripped)) // 2
-        key, value = _split_item(stripped[2:])
-        while stack and stack[-1][0] >= depth:
-            stack.pop()
-        parent = stack[-1][1] if stack else None
-        if key.startswith("/") and parent is not None:
-            parent.props[key[1:]] = value or ""
-            continue
-        node = _node_from_key(key)
-        if key == "text":
-            node.text = value or ""
-        elif value is not None:
-            node.text = value
-        if parent is None:
-            roots.append(node)
-        else:
-            parent.children.append(node)
-        stack.append((depth, node))
-    return roots
-
-
-def _split_item(item: str) -> tuple[str, str | None]:
-    """Split ``key: value`` (either side possibly quoted); value None when there is none."""
-    if item.startswith("'"):
-        index = 1
-        while index < len(item):
-            if item[index] == "'":
-                if item.startswith("''", index):
-                    index += 2
-                    continue
-                break
-            index += 1
-        key = item[1:index].replace("''", "'")
-        rest = item[index + 1 :]
-    else:
-        # An unquoted key never holds ": " nor ends in ":" (Playwright quotes it then).
-        cut = item.find(": ")
-        if cut == -1:
-            if item.endswith(":"):
-                return item[:-1], None
-            return item, None
-        key, rest = item[:cut], item[cut:]
-    if rest.startswith(": "):
-        return key, _unquote_value(rest[2:])
-    return key, None
-
-
-def _unquote_value(value: str) -> str:
-    if not (len(value) >= 2 and value.startswith('"') and value.endswith('"')):
-        return value
-    body = value[1:-1]
-    out: list[str] = []
-    index = 0
-    while index < len(body):
-        char = body[index]
-        if char == "\\" and index + 1 < len(body):
-            code = body[index + 1]
-            if code == "x" and index + 3 < len(body):
-                out.append(chr(int(body[index + 2 : index + 4], 16)))
-                index += 4
-                continue
-            out.append(_DQ_ESCAPES.get(code, code))
-            index += 2
-            continue
-        out.append(char)
-        index += 1
-    return "".join(out)
-
-
-def _node_from_key(key: str) -> SnapshotNode:
-    role, _, rest = key.partition(" ")
-    name = ""
-    rest = rest.lstrip()
-    if rest.startswith('"'):
-        try:
-            decoded, end = json.JSONDecoder().raw_decode(rest)
-        except ValueError:
-            decoded, end = "", 0
-        if isinstance(decoded, str):
-            name = decoded
-        rest = rest[end:]
-    attrs = {match.group(1): match.group(2) or "" for match in _ATTR.finditer(rest)}
-    return SnapshotNode(role=role, name=name, attrs=attrs)
-
-
-def interactive_controls(snapshot: str) -> list[tuple[str, str]]:
-    """Role and name, as an observation shows them, of every element a person could act on in
-    one of Playwright's AI snapshots, in document order (the options of a native ``<select>``
-    travel with it and are not listed)."""
-    builder = _Builder(_Redactor(()))
-    return [
-        (control.role, control.name)
-        for root in parse_snapshot(snapshot)
-        for control in (builder._control(node, (), ()) for node in root.walk() if node.interactive)
-    ]
-
-
-# --- observing a page ---------------------------------------------------------------------------
-
-
-class _Redactor:
-    """Replaces every secret with MASK; longest first so one secret inside another goes whole."""
-
-    def __init__(self, secrets: Collection[str]) -> None:
-        self.secrets = sorted({secret for secret in secrets if secret}, key=len, reverse=True)
-
-    def text(self, value: str) -> str:
-        for secret in self.secrets:
-            if secret in value:
-                value = value.replace(secret, MASK)
-        return value
-
-    def touches(self, value: str) -> bool:
-        return any(secret in value for secret in self.secrets)
-
-
-@dataclass(eq=False)
-class _Pending:
-    """An element before numbering; boxes of iframe content still frame-relative."""
-
-    ref: str | None
-    role: str
-    name: str
-    state: tuple[str, ...] = ()
-    value: str | None = None
-    level: int | None = None
-    frame: tuple[str, ...] = ()
-    box: Box | None = None
-    interactive: bool = False
-    options: tuple[str, ...] = ()
-    # The landmarks (and iframes) this element lies in, outermost first.
-    landmarks: tuple[_Pending, ...] = ()
-
-
-class _Builder:
-    def __init__(self, redactor: _Redactor) -> None:
-        self.redact = redactor
-        self.items: list[_Pending] = []
-        self.seen_messages: set[tuple[str, str]] = set()
-        # Fields whose value holds a secret: masked in the screenshot too.
-        self.secret_refs: list[str] = []
-
-    def visit(
-        self,
-        node: SnapshotNode,
-        *,
-        frame: tuple[str, ...] = (),
-        landmarks: tuple[_Pending, ...] = (),
-        in_group: bool = False,
-    ) -> None:
-        role = node.role
-        if role == "text":
-            return
-        if node.interactive:
-            self.items.append(self._control(node, frame, landmarks))
-            # Options of a native <select> have no ref: they travel with the combobox. Anything
-            # with a ref below a control (a custom listbox's options) is listed on its own.
-            for child in node.children:
-                self._visit_refs_only(child, frame=frame, landmarks=landmarks)
-            return
-        if role in LANDMARK_ROLES or (role in NAMED_LANDMARK_ROLES and node.name):
-            landmark = _Pending(
-                ref=node.ref,
-                role=role,
-                name=self._name(node.name),
-                frame=frame,
-                landmarks=landmarks,
-            )
-            self.items.append(landmark)
-            inner = (*landmarks, landmark)
-            inner_frame = (*frame, node.ref) if role == "iframe" and node.ref else frame
-            if role == "iframe" and node.props.get("opaque"):
-                self.items.append(
-                    _Pending(
-                        ref=None,
-                        role="text",
-                        name="(a cross-origin frame: its content is not observed)",
-                        frame=inner_frame,
-                        landmarks=inner,
-                    )
-                )
-            if role in DIALOG_ROLES:
-                text = " · ".join(_context_texts(node, {node.name}))
-                if text:
-                    self.items.append(
-                        _Pending(
-                            ref=None,
-                            role="text",
-                            name=_clip(self.redact.text(text), DIALOG_TEXT_LIMIT),
-                            frame=inner_frame,
-                            landmarks=inner,
-                        )
-                    )
-            for child in node.children:
-                self.visit(child, frame=inner_frame, landmarks=inner)
-            return
-        if role == "heading":
-            name = self._name(node.name or _all_text(node))
-            controls = [item for item in node.walk() if item is not node and item.interactive]
-            # A heading that only repeats its section's title or its own link's name is noise.
-            repeats = (landmarks and landmarks[-1].name == name) or any(
-                self._name(control.name or _all_text(control)) == name for control in controls
-            )
-            if name and not repeats:
-                self.items.append(
-                    _Pending(
-                        ref=node.ref,
-                        role=role,
-                        name=name,
-                        level=_int(node.attrs.get("level")),
-                        frame=frame,
-                        landmarks=landmarks,
-                    )
-                )
-            for child in node.children:
-                self._visit_refs_only(child, frame=frame, landmarks=landmarks)
-            return
-        if role in MESSAGE_ROLES:
-            message = _clip(self.redact.text(node.name or _all_text(node)), MESSAGE_LIMIT)
-            if message and (role, message) not in self.seen_messages:
-                self.seen_messages.add((role, message))
-                self.items.append(
-                    _Pending(
-                        ref=node.ref, role=role, name=message, frame=frame, landmarks=landmarks
-                    )
-                )
-            for child in node.children:
-                self._visit_refs_only(child, frame=frame, landmarks=landmarks)
-            return
-        if role in GROUP_ROLES and not in_group:
-            self._visit_group(node, frame=frame, landmarks=landmarks)
-            return
-        for child in node.children:
-            self.visit(child, frame=frame, landmarks=landmarks, in_group=in_group)
-
-    def _visit_group(
-        self, node: SnapshotNode, *, frame: tuple[str, ...], landmarks: tuple[_Pending, ...]
-    ) -> None:
-        start = len(self.items)
-        marker = _Pending(ref=node.ref, role=node.role, name="", frame=frame, landmarks=landmarks)
-        self.items.append(marker)
-        for child in node.children:
-            self.visit(child, frame=frame, landmarks=landmarks, in_group=True)
-        inside = self.items[start + 1 :]
-        context = ""
-        if any(item.interactive for item in inside):
-            known = {item.name for item in inside}
-            context = _clip(
-                self.redact.text(" · ".join(_context_texts(node, known))), CONTEXT_LIMIT
-            )
-        if context:
-            marker.name = context
-        else:
-            del self.items[start]
-
-    def _visit_refs_only(
-        self, node: SnapshotNode, *, frame: tuple[str, ...], landmarks: tuple[_Pending, ...]
-    ) -> None:
-        if node.interactive:
-            self.items.append(self._control(node, frame, landmarks))
-        for child in node.children:
-            self._visit_refs_only(child, frame=frame, landmarks=landmarks)
-
-    def _control(
-        self, node: SnapshotNode, frame: tuple[str, ...], landmarks: tuple[_Pending, ...]
-    ) -> _Pending:
-        role = node.role
-        name = node.name or node.props.get("placeholder", "") or _all_text(node)
-        if not name and role == "link":
-            name = node.props.get("url", "")
-        options = tuple(self._name(child.name) for child in node.children if child.role == "option")
-        value: str | None = None
-        if role in VALUE_ROLES:
-            selected = [child.name for child in node.children if "selected" in child.attrs]
-            raw = node.text if node.text is not None else (selected[0] if selected else "")
-            # A value that holds a secret is masked whole: a half-redacted IBAN or password still
-            # tells too much.
-            secret = self.redact.touches(raw)
-            value = MASK if secret else _clip(raw, VALUE_LIMIT)
-            if secret and node.ref:
-                self.secret_refs.append(node.ref)
-        state = tuple(_states(node))
-        return _Pending(
-            ref=node.ref,
-            role=role,
-            name=self._name(name),
-            state=state,
-            value=value,
-            frame=frame,
-            box=_snapshot_box(node),
-            interactive=True,
-            options=options if role in {"combobox", "listbox"} else (),
-            landmarks=landmarks,
-        )
-
-    def _name(self, name: str) -> str:
-        return _clip(self.redact.text(name), NAME_LIMIT)
-
-
-def _is_landmark(item: _Pending) -> bool:
-    return item.role in LANDMARK_ROLES or item.role in NAMED_LANDMARK_ROLES
-
-
-def _states(node: SnapshotNode) -> Iterator[str]:
-    attrs = node.attrs
-    for key, label in (
-        ("checked", "checked"),
-        ("pressed", "pressed"),
-        ("selected", "selected"),
-        ("expanded", "expanded"),
-        ("disabled", "disabled"),
-        ("invalid", "invalid"),
-        ("active", "focused"),
-    ):
-        if key in attrs:
-            yield label if attrs[key] in ("", "true") else f"{label}={attrs[key]}"
-
-
-def _all_text(node: SnapshotNode) -> str:
-    parts: list[str] = []
-    for item in node.walk():
-        if item.text:
-            parts.append(item.text)
-        elif item is not node and item.name:
-            parts.append(item.name)
-    return " ".join(" ".join(parts).split())
-
-
-def _context_texts(node: SnapshotNode, known: set[str]) -> Iterator[str]:
-    """Short texts inside a row/item that are not already the name of a listed element."""
-    for child in node.children:
-        if child.interactive or child.role in {"heading", *MESSAGE_ROLES}:
-            continue
-        text = child.name or child.text or ""
-        if text:
-            text = " ".join(text.split())
-            if text not in known:
-                known.add(text)
-                yield text
-        if not child.text:
-            yield from _context_texts(child, known)
-
-
-def _snapshot_box(node: SnapshotNode) -> Box | None:
-    raw = node.attrs.get("box")
-    if not raw:
-        return None
-    try:
-        x, y, width, height = (float(part) for part in raw.split(","))
-    except ValueError:
-        return None
-    if width <= 0 or height <= 0:
-        return None
-    return Box(x, y, width, height)
-
-
-def _int(value: str | None) -> int | None:
-    return int(value) if value and value.isdigit() else None
-
-
-def _clip(value: str, limit: int) -> str:
-    value = " ".join(value.split())
-    return value if len(value) <= limit else value[: limit - 1] + "…"
-
-
 def _quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
@@ -672,7 +205,7 @@ class Snapshot:
 
     @property
     def shown_title(self) -> str:
-        return _Redactor(self.secrets).text(self.title)
+        return Redactor(self.secrets).text(self.title)
 
     @property
     def key(self) -> str:
@@ -732,7 +265,7 @@ def _take(
             for frame in page.frames[1:]
         ]
     if every_secret:
-        redactor = _Redactor(every_secret)
+        redactor = Redactor(every_secret)
         mask_paths += [selectors[ref] for ref in _refs_touching(taken["nodes"], redactor)]
     masks = [page.locator(path) for path in mask_paths] + opaque_masks
     return Snapshot(
@@ -761,7 +294,7 @@ class _Selectors:
         return selector
 
 
-def _refs_touching(nodes: list[Any], redactor: _Redactor) -> Iterator[int]:
+def _refs_touching(nodes: list[Any], redactor: Redactor) -> Iterator[int]:
     """Refs of serialised nodes whose name or value holds a secret: the builder masks those
     values, and the screenshot must not show them either."""
     for node in nodes:
@@ -800,8 +333,8 @@ def _tree(nodes: list[Any], selectors: _Selectors) -> list[SnapshotNode]:
 
 
 def _build(taken: Snapshot) -> Observation:
-    redactor = _Redactor(taken.secrets)
-    builder = _Builder(redactor)
+    redactor = Redactor(taken.secrets)
+    builder = Builder(redactor)
     serialised = json.loads(taken.raw)
     for root in _tree(serialised["nodes"], _Selectors(serialised["steps"])):
         builder.visit(root)
@@ -810,9 +343,9 @@ def _build(taken: Snapshot) -> Observation:
     # Landmarks (and iframes) earn a line only when something kept lies inside them.
     used: set[int] = set()
     for item in items:
-        if not _is_landmark(item):
+        if not is_landmark(item):
             used.update(id(landmark) for landmark in item.landmarks)
-    kept = [item for item in items if not _is_landmark(item) or id(item) in used]
+    kept = [item for item in items if not is_landmark(item) or id(item) in used]
 
     max_elements = taken.max_elements
     omitted = 0 if max_elements is None else max(0, len(kept) - max_elements)
@@ -1021,116 +554,3 @@ _BOXES = r"""paths => {
   }
   return [innerWidth, boxes];
 }"""
-
-
-# --- pictures -----------------------------------------------------------------------------------
-
-_PALETTE = (
-    (230, 25, 75),
-    (0, 130, 200),
-    (60, 160, 60),
-    (245, 130, 48),
-    (145, 30, 180),
-    (0, 128, 128),
-    (170, 110, 40),
-    (128, 0, 0),
-)
-
-
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    try:
-        return ImageFont.load_default(size=size)
-    except (OSError, ValueError):  # Pillow built without FreeType: the small bitmap font
-        return ImageFont.load_default()
-
-
-def _png(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG", optimize=False)
-    return buffer.getvalue()
-
-
-def _scaled(box: Box | Sequence[float], scale: float) -> tuple[float, float, float, float]:
-    x, y, width, height = box
-    return x * scale, y * scale, (x + width) * scale, (y + height) * scale
-
-
-def overlay(
-    screenshot: bytes, elements: Sequence[Element], *, device_scale_factor: float = 1.0
-) -> bytes:
-    """A copy of the screenshot with a numbered outline over every element that has a box.
-
-    Returns a JPEG of high quality: the numbers stay legible at a fraction of a PNG's encoding
-    time, which matters because every step draws one. Labels sit just above a box's top-left
-    corner, or just inside it when there is no room above, so every changed pixel lies within a
-    label's height of a box.
-    """
-    image = Image.open(io.BytesIO(screenshot)).convert("RGB")
-    draw = ImageDraw.Draw(image)
-    font = _font(max(10, round(11 * device_scale_factor)))
-    stroke = max(1, round(2 * device_scale_factor))
-    pad = max(1, round(2 * device_scale_factor))
-    width, height = image.size
-    for element in elements:
-        if element.box is None:
-            continue
-        left, top, right, bottom = _scaled(element.box, device_scale_factor)
-        if right <= 0 or bottom <= 0 or left >= width or top >= height:
-            continue
-        color = _PALETTE[element.number % len(_PALETTE)]
-        draw.rectangle((left, top, right - 1, bottom - 1), outline=color, width=stroke)
-        label = str(element.number)
-        text_left, text_top, text_right, text_bottom = draw.textbbox((0, 0), label, font=font)
-        label_w = text_right - text_left + 2 * pad
-        label_h = text_bottom - text_top + 2 * pad
-        label_x = min(max(left, 0), width - label_w)
-        label_y = top - label_h if top - label_h >= 0 else max(top, 0)
-        draw.rectangle((label_x, label_y, label_x + label_w, label_y + label_h), fill=color)
-        draw.text(
-            (label_x + pad - text_left, label_y + pad - text_top),
-            label,
-            fill=(255, 255, 255),
-            font=font,
-        )
-    buffer = io.BytesIO()
-    image.save(buffer, format="JPEG", quality=90)
-    return buffer.getvalue()
-
-
-def outline_target(
-    screenshot: bytes,
-    box: Box | Sequence[float],
-    *,
-    device_scale_factor: float = 1.0,
-) -> bytes:
-    """The screenshot with one thick outline around ``box`` (approval evidence); PNG."""
-    image = Image.open(io.BytesIO(screenshot)).convert("RGB")
-    draw = ImageDraw.Draw(image)
-    stroke = max(3, round(4 * device_scale_factor))
-    left, top, right, bottom = _scaled(box, device_scale_factor)
-    # Drawn just outside the box so the control itself stays fully visible.
-    draw.rectangle(
-        (left - stroke, top - stroke, right + stroke - 1, bottom + stroke - 1),
-        outline=(230, 25, 75),
-        width=stroke,
-    )
-    return _png(image)
-
-
-def thumbnail(image_bytes: bytes, *, width: int = 320) -> bytes:
-    """A JPEG (quality 70) ``width`` pixels wide, keeping the aspect ratio, for the timeline."""
-    image: Image.Image = Image.open(io.BytesIO(image_bytes))
-    # A JPEG is decoded straight at (about) the small size: far less work than decode-then-shrink.
-    image.draft("RGB", (width, max(1, image.height * width // image.width)))
-    if image.mode in ("RGBA", "LA", "P"):
-        rgba = image.convert("RGBA")
-        background = Image.new("RGB", rgba.size, (255, 255, 255))
-        background.paste(rgba, mask=rgba.getchannel("A"))
-        image = background
-    else:
-        image = image.convert("RGB")
-    height = max(1, round(image.height * width / image.width))
-    small = image.resize((width, height), Image.Resampling.LANCZOS)
-    buffer = io.BytesIO()
-    small.save(buffer, format="JPEG", quality=70, optimize=True)
-    return buffer.getvalue()

@@ -16,15 +16,13 @@ answer, and a request that got no answer at all leave it unknown whether the por
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 from playwright.sync_api import BrowserContext, Page, Request, Response
 from playwright.sync_api import Error as PlaywrightError
 
-from sessions.engine.proxy import PROXY_ANSWER_HEADER
+from sessions.engine.answers import answer_words, proxy_answer
 
 # The visible refusal messages of a page and of its same-origin frames, outermost element first.
 REFUSALS_JS = r"""() => {
@@ -144,14 +142,6 @@ class FailedResponse:
         return f"HTTP {self.status} to {self.method} {self.url}{said}"
 
 
-def proxy_answer(response: Response) -> bool:
-    """Whether the egress proxy wrote ``response`` itself because the portal did not answer."""
-    try:
-        return bool(response.headers.get(PROXY_ANSWER_HEADER.lower()))
-    except PlaywrightError:
-        return False
-
-
 @dataclass
 class ResponseWatch:
     """The failed answers to submissions started while the watch is on (``with`` block): a
@@ -246,27 +236,3 @@ def _submission(request: Request) -> str:
     if kind == "write" and request.method in _READ_METHODS:
         return ""
     return kind
-
-
-def answer_words(response: Response) -> str:
-    """A short error message from an API answer: JSON ``message``/``detail``/``error``, or
-    plain text."""
-    try:
-        content_type = response.headers.get("content-type", "")
-        body = response.text()
-    except PlaywrightError:
-        return ""
-    if "json" in content_type:
-        try:
-            data: Any = json.loads(body)
-        except ValueError:
-            return ""
-        if isinstance(data, dict):
-            for key in ("message", "detail", "error", "title"):
-                value = data.get(key)
-                if isinstance(value, str) and value.strip():
-                    return " ".join(value.split())[:300]
-        return ""
-    if content_type.startswith("text/plain"):
-        return " ".join(body.split())[:300]
-    return ""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sessions.engine import observation as observing
+from sessions.engine.pictures import overlay, thumbnail
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,6 @@ def finish(record: Any) -> Pictures:
     if not record.screenshot:
         return Pictures(overlay=None, thumbnail=None)
     return Pictures(
-        overlay=observing.overlay(record.screenshot, record.elements),
-        thumbnail=observing.thumbnail(record.screenshot),
+        overlay=overlay(record.screenshot, record.elements),
+        thumbnail=thumbnail(record.screenshot),
     )

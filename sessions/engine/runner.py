@@ -11,143 +11,53 @@ sentences say "a secret", observations and screenshots are masked, error texts a
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import fnmatch
 import hashlib
-import hmac
 import re
-import struct
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from playwright.sync_api import Browser, BrowserContext, Download, Locator, Page
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from sessions.engine import capturing, gatekeeping, locating, steps, wording
 from sessions.engine import observation as observing
-from sessions.engine import steps
 from sessions.engine.driver import Connection, connect_timeout_ms, with_browser
 from sessions.engine.outcomes import (
     FailedResponse,
     ResponseWatch,
     visible_refusals,
 )
+from sessions.engine.plan import (
+    Answer,
+    Gate,
+    HandBack,
+    Pause,
+    Question,
+    RunOutcome,
+    RunPlan,
+    RunSink,
+    SessionCheck,
+    Status,
+    secret_values_of,
+)
+from sessions.engine.steps.ask import AskStep, ask_audience
 from sessions.engine.steps.base import (
-    MASK,
-    PUBLIC_CREDENTIAL_FIELDS,
     ArtifactFile,
     Refused,
+    StepBase,
     StepFailed,
     StepRecord,
 )
-from workflows.schema import (
-    STEP_ADAPTER,
-    AskStep,
-    AssertStep,
-    ClickStep,
-    CompareCheck,
-    CountCheck,
-    Expect,
-    ExtractField,
-    ExtractStep,
-    FillStep,
-    GotoStep,
-    LoginStep,
-    ScreenshotStep,
-    SelectStep,
-    StepBase,
-    Target,
-    TextCheck,
-    UrlCheck,
-    WaitForStep,
-    WaitStep,
-    ask_audience,
-    describe_step,
-    references,
-)
+from sessions.engine.steps.click import ClickStep
+from sessions.engine.steps.goto import GotoStep
+from sessions.engine.steps.language import Expect, Target, url_matches
+from sessions.engine.vocabulary import STALE_SESSION
+from workflows.schema import STEP_ADAPTER, describe_step
 
-SCREENSHOT_QUALITY = 85
-PAGE_TEXT_LIMIT = 10_000
-# Who the target of a gated action is, beyond its accessible name: compared before acting.
-_TARGET_IDENTITY = """e => ({
-  tag: e.tagName.toLowerCase(),
-  id: e.id || '',
-  name: e.getAttribute('name') || '',
-  type: e.getAttribute('type') || '',
-  text: (e.innerText || e.value || '').trim().slice(0, 200),
-  form_action: e.form ? (e.form.getAttribute('action') || '') : '',
-})"""
-# A reference in a workflow's text, as people wrote it: ``{{ params.invoice }}``.
-_REFERENCE = re.compile(
-    r"\{\{\s*(params|secrets|outputs)\.([a-z][a-z0-9_-]*)(?:\.([a-z_]+))?\s*\}\}"
-)
-# What covers the middle of an element: the nearest dialog (or named region) around what is
-# there, a dialog inside it (a backdrop holding a modal), else the element itself. Described the
-# way people see it: a role and a name, heading or label.
-_COVERED_BY = r"""(e, point) => {
-  let x, y, root;
-  if (point) { [x, y] = point; root = document; } else {
-    const r = e.getBoundingClientRect();
-    x = r.left + r.width / 2; y = r.top + r.height / 2;
-    root = e.getRootNode && e.getRootNode().elementFromPoint ? e.getRootNode() : e.ownerDocument;
-  }
-  const hit = root.elementFromPoint(x, y);
-  if (!hit) return null;
-  if (point) { if (hit.tagName === 'IFRAME' || hit.tagName === 'FRAME') return null; }
-  else if (hit === e || e.contains(hit) || hit.contains(e)) return null;
-  const words = t => (t || '').replace(/\s+/g, ' ').trim();
-  const firstLine = el => words((el.innerText || el.textContent || '').split('\n').find(
-    l => l.trim()) || '');
-  const nameOf = el => {
-    const label = words(el.getAttribute('aria-label'));
-    if (label) return label;
-    const ids = words(el.getAttribute('aria-labelledby'));
-    if (ids) {
-      const doc = el.ownerDocument;
-      const text = words(ids.split(' ').map(id => {
-        const n = doc.getElementById(id); return n ? n.textContent : '';
-      }).join(' '));
-      if (text) return text;
-    }
-    const heading = el.querySelector('h1,h2,h3,h4,h5,h6,[role=heading],legend');
-    if (heading && words(heading.textContent)) return words(heading.textContent);
-    return firstLine(el);
-  };
-  const dialog = el => {
-    const role = el.getAttribute('role');
-    if (role === 'alertdialog') return 'alert dialog';
-    if (role === 'dialog' || el.getAttribute('aria-modal') === 'true') return 'dialog';
-    if (el.tagName === 'DIALOG') return 'dialog';
-    return '';
-  };
-  const REGIONS = ['region', 'banner', 'complementary', 'contentinfo', 'navigation', 'alert',
-    'status', 'form', 'menu', 'listbox', 'tooltip'];
-  for (let el = hit; el; el = el.parentElement || (el.getRootNode().host || null)) {
-    if (dialog(el)) return {kind: dialog(el), name: nameOf(el)};
-    const role = el.getAttribute('role');
-    if (REGIONS.includes(role) && (el.getAttribute('aria-label') ||
-        el.getAttribute('aria-labelledby'))) return {kind: role, name: nameOf(el)};
-  }
-  const inner = hit.querySelector(
-    '[role=dialog],[role=alertdialog],[aria-modal=true],dialog[open]');
-  if (inner) return {kind: dialog(inner) || 'dialog', name: nameOf(inner)};
-  const TAGS = {A: 'link', BUTTON: 'button', IMG: 'image', INPUT: 'field', SELECT: 'dropdown',
-    TEXTAREA: 'field', HEADER: 'banner', FOOTER: 'footer', ASIDE: 'panel', NAV: 'navigation',
-    IFRAME: 'frame'};
-  const kind = hit.getAttribute('role') || TAGS[hit.tagName] || 'element';
-  let name = nameOf(hit);
-  if (!name && kind === 'element') {
-    const cls = words(hit.getAttribute('class')).split(' ')[0];
-    name = '<' + hit.tagName.toLowerCase() + (hit.id ? '#' + hit.id : cls ? '.' + cls : '') + '>';
-  }
-  return {kind, name};
-}"""
 # The words of an error page: its main heading and the paragraph that follows it.
 _ERROR_PAGE_WORDS = """() => {
   const h = document.querySelector('main h1, h1');
@@ -158,11 +68,10 @@ _ERROR_PAGE_WORDS = """() => {
   const words = [clean(h.innerText), next ? clean(next.innerText) : ''];
   return words.filter(Boolean).join(': ').slice(0, 400);
 }"""
-# Steps that look at the page without sending it any input.
-READ_ONLY_STEPS = (WaitForStep, WaitStep, ExtractStep, AssertStep, ScreenshotStep)
-READ_ONLY_TYPES = frozenset({"wait_for", "wait", "extract", "assert", "screenshot"})
-# The whole reason a forked run gives when it woke up logged out; people act on these words.
-STALE_SESSION = "session template is stale — re-bake"
+# Kinds that look at the page without sending it any input.
+_READ_ONLY_TYPES = frozenset(
+    steps.kind_name(kind.model) for kind in steps.kinds() if not kind.model.touches_page
+)
 # A blank page served in place of an origin while its local storage is restored: nothing of the
 # restore reaches the portal.
 _BLANK = "<!doctype html><title>restoring</title>"
@@ -187,196 +96,6 @@ class Unanswered(StepFailed):
     done, and the portal did not say no."""
 
 
-@dataclass(frozen=True)
-class _Seen:
-    """The evidence of the last step, and the page's change mark when it was taken."""
-
-    page: Page
-    mark: str | None
-    taken: observing.Snapshot
-    screenshot: bytes | None
-
-
-@dataclass(frozen=True)
-class SessionCheck:
-    """How to tell a logged-in browser: ``logged_in`` (a Target, as data) shows at ``url``."""
-
-    url: str
-    logged_in: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A person's answer to the ``ask`` step at ``index`` (a code in clear, in memory only)."""
-
-    index: int
-    value: str
-    answerer: str
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    steps: list[dict[str, Any]]
-    inputs: dict[str, Any]
-    # credential name → its decrypted fields; only ever held in memory by the runner.
-    secrets: dict[str, dict[str, str]]
-    step_budget: int
-    deadline: float  # time.time() after which the run has expired
-    artifacts_dir: Path
-    start_index: int = 0
-    outputs: dict[str, Any] = field(default_factory=dict)
-    # The irreversible step a person approved, and the evidence they looked at: the runner
-    # re-observes the page and acts only if it still matches.
-    approved_index: int | None = None
-    approved_evidence: dict[str, Any] | None = None
-    # Multiplies every wait: a browser under software emulation is 10-60x slower.
-    time_scale: float = 1.0
-    # With a session template. A fork checks ``session`` before its first step, after loading
-    # ``storage_state`` (None when the sandbox woke up from a saved VM, already logged in). A bake
-    # (``baking``) checks it after its steps, which log in, and returns the storage state when
-    # ``capture_state``.
-    session: SessionCheck | None = None
-    storage_state: dict[str, Any] | None = None
-    baking: bool = False
-    capture_state: bool = False
-    # The answer to the ask step the run waited at: the run goes on from that step.
-    answer: Answer | None = None
-
-
-Status = Literal[
-    "succeeded",
-    "failed",
-    "approval_required",
-    "answer_required",
-    "cancelled",
-    "expired",
-    # An irreversible action was started and did not finish cleanly: it may have happened.
-    "action_uncertain",
-]
-
-
-@dataclass(frozen=True)
-class Gate:
-    """What a reviewer needs to decide on an irreversible step, taken just before it."""
-
-    evidence: dict[str, Any]
-    screenshot: bytes  # PNG, masked
-    # Set when the page no longer matched the evidence of an earlier approval.
-    changes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Question:
-    """What an ask step asks, its references filled in (secrets masked), and who may answer."""
-
-    step_index: int
-    step_id: str
-    text: str
-    answer: Literal["text", "code", "choice"]
-    options: tuple[str, ...]
-    save_as: str
-    answered_by: str
-    timeout_minutes: int
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    status: Status
-    reason: str = ""
-    failed_step: str = ""
-    next_index: int = 0
-    outputs: dict[str, Any] = field(default_factory=dict)
-    steps_executed: int = 0
-    gate: Gate | None = None
-    question: Question | None = None
-    # A fork that woke up logged out: what the check saw (the reason is STALE_SESSION).
-    session_stale: str = ""
-    # A bake's capture: cookies and local storage, as secret as the password that made them.
-    storage_state: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class HandBack:
-    """What a person did while they had control of the browser between two steps."""
-
-    by: str
-    inputs: int
-    navigated: bool
-    typed: bool
-    urls: tuple[str, ...] = ()
-    # The dialogs the page opened meanwhile and what became of them, in words.
-    dialogs: tuple[str, ...] = ()
-
-
-class Pause(Protocol):
-    def hold(self, index: int, stop: Callable[[], str | None], deadline: float) -> HandBack | None:
-        """Called before step ``index``: block while a person has control of the browser and
-        return what they did, or None at once when nobody asked for control. Returns early
-        when ``stop`` gives a reason or at ``deadline`` (the run's time limit, epoch
-        seconds)."""
-        ...
-
-
-class RunSink(Protocol):
-    def step_finished(self, record: StepRecord) -> None: ...
-
-    def action_starting(self, index: int) -> None:
-        """Durably record the intent to perform the approved action; raise to forbid it."""
-        ...
-
-    def action_finished(self, index: int, result: str = "") -> None:
-        """Durably record that the approved action completed (``result``: how the portal
-        showed it, and what a dialog it opened said)."""
-        ...
-
-    def action_refused(self, index: int, reason: str) -> None:
-        """Durably record that the portal refused the approved action: it was not done."""
-        ...
-
-    def stop_reason(self) -> str | None:
-        """A reason to stop before the next step (the run was cancelled), or None."""
-
-
-def secret_values_of(secrets: dict[str, dict[str, str]]) -> list[str]:
-    """The values masked everywhere (longest first): every credential field but a username."""
-    return sorted(
-        {
-            value
-            for fields in secrets.values()
-            for name, value in fields.items()
-            if value and name not in PUBLIC_CREDENTIAL_FIELDS
-        },
-        key=len,
-        reverse=True,
-    )
-
-
-def secret_targets(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The fields a workflow types secrets into (a login's password, a fill of a secret), as
-    target data: nobody but the runner types there, and nobody sees what they hold."""
-    targets: list[dict[str, Any]] = []
-    for data in steps:
-        step = STEP_ADAPTER.validate_python(data)
-        if isinstance(step, LoginStep):
-            targets.append(step.password.model_dump(exclude_defaults=True))
-        elif isinstance(step, FillStep) and any(
-            namespace == "secrets" and sub not in PUBLIC_CREDENTIAL_FIELDS
-            for namespace, _, sub in references(step.value)
-        ):
-            targets.append(step.target.model_dump(exclude_defaults=True))
-    return targets
-
-
-def totp_code(seed: str, *, at: float | None = None, digits: int = 6, period: int = 30) -> str:
-    """RFC 6238 code for a base32 seed (SHA-1, the portals' default)."""
-    key = base64.b32decode(seed.upper() + "=" * (-len(seed) % 8))
-    counter = int((time.time() if at is None else at) // period)
-    digest = hmac.new(key, struct.pack(">Q", counter), hashlib.sha1).digest()
-    offset = digest[-1] & 0x0F
-    number = struct.unpack(">I", digest[offset : offset + 4])[0] & 0x7FFFFFFF
-    return str(number % 10**digits).zfill(digits)
-
-
 class Runner:
     def __init__(self, plan: RunPlan, sink: RunSink, pause: Pause | None = None) -> None:
         self.plan = plan
@@ -394,7 +113,7 @@ class Runner:
         # What this run typed into which field (secrets masked), for the approval evidence.
         self.filled: list[dict[str, Any]] = list((plan.approved_evidence or {}).get("filled", []))
         # The last step's evidence, to reuse when a read-only step finds the page unchanged.
-        self._last_capture: _Seen | None = None
+        self._last_capture: capturing.Seen | None = None
         self._watches: dict[int, observing.PageWatch] = {}
         # The refusal messages visible when the last step ended: only a new one is a step's.
         self._known_refusals: set[str] | None = None
@@ -439,7 +158,7 @@ class Runner:
             try:
                 seen = self._logged_out(self.plan.session)
             except StepFailed as exc:
-                return self._outcome("failed", self._scrub(str(exc)), 0, 0)
+                return self._outcome("failed", wording.scrub(self, str(exc)), 0, 0)
             if seen:
                 return RunOutcome(status="failed", reason=STALE_SESSION, session_stale=seen)
         outcome = self._steps(context)
@@ -448,13 +167,14 @@ class Runner:
         try:
             seen = self._logged_out(self.plan.session)
         except StepFailed as exc:
-            return self._outcome("failed", self._scrub(str(exc)), outcome.next_index, 0)
+            return self._outcome("failed", wording.scrub(self, str(exc)), outcome.next_index, 0)
         if seen:
             return self._outcome(
                 "failed",
-                self._scrub(
+                wording.scrub(
+                    self,
                     f"after the session steps {seen}: the login did not work, or the logged-in "
-                    "check looks for the wrong element"
+                    "check looks for the wrong element",
                 ),
                 outcome.next_index,
                 outcome.steps_executed,
@@ -473,7 +193,7 @@ class Runner:
             response = page.goto(check.url, wait_until="load", timeout=self._scaled(15_000))
         except PlaywrightError as exc:
             raise StepFailed(
-                f"the logged-in check could not open {check.url}: {_first_line(str(exc))}"
+                f"the logged-in check could not open {check.url}: {wording.first_line(str(exc))}"
             ) from None
         if response is not None and response.status >= 500:
             raise StepFailed(f"the logged-in check: {page.url} answered HTTP {response.status}")
@@ -482,7 +202,7 @@ class Runner:
                 state="visible", timeout=self._scaled(5_000)
             )
         except PlaywrightTimeout:
-            return f"{check.url} showed no {_noun(target)} (the browser was at {page.url})"
+            return f"{check.url} showed no {locating.noun(target)} (the browser was at {page.url})"
         return ""
 
     def _steps(self, context: BrowserContext) -> RunOutcome:
@@ -529,9 +249,9 @@ class Runner:
                 continue
             if step.irreversible:
                 try:
-                    gate = self._gate(index, step)
+                    gate = gatekeeping.gate(self, index, step)
                 except (StepFailed, PlaywrightError) as exc:
-                    reason = self.words(_first_line(str(exc)))
+                    reason = self.words(wording.first_line(str(exc)))
                     return self._outcome(
                         "failed",
                         f"could not gather the approval evidence for step {index + 1}: {reason}",
@@ -541,8 +261,8 @@ class Runner:
                     )
                 if gate is not None:
                     return self._outcome(
-                        "approval_required", gate_reason(index, step, gate), index, executed,
-                        step, gate=gate,
+                        "approval_required", gatekeeping.gate_reason(index, step, gate), index,
+                        executed, step, gate=gate,
                     )  # fmt: skip
                 # Approved, and the page is as the reviewers saw it. The intent is on record
                 # before the click and the completion after it: a crash in between is never
@@ -592,10 +312,10 @@ class Runner:
             "inputs": handed.inputs,
             "navigated": handed.navigated,
             "typed": handed.typed,
-            "urls": [self._scrub(url) for url in handed.urls],
+            "urls": [wording.scrub(self, url) for url in handed.urls],
         }
         if handed.dialogs:
-            operator["dialogs"] = [self._scrub(words) for words in handed.dialogs]
+            operator["dialogs"] = [wording.scrub(self, words) for words in handed.dialogs]
         self._operators.append(operator)
         if handed.inputs:
             self.plan = replace(self.plan, approved_index=None)
@@ -650,117 +370,13 @@ class Runner:
             duration_ms=0,
         )
         if step.answer == "code":
-            self._codes[step.save_as] = self._secret(answer.value)
+            self._codes[step.save_as] = wording.remember_secret(self, answer.value)
         else:
             self.outputs[step.save_as] = answer.value
             record.outputs[step.save_as] = answer.value
-        self._capture(record, touched_page=False)
+        capturing.capture(self, record, touched_page=False)
         record.duration_ms = int((time.monotonic() - clock) * 1000)
         return record
-
-    # The approval gate -----------------------------------------------------------------------
-
-    def _gate(self, index: int, step: StepBase) -> Gate | None:
-        """The gate in front of irreversible step ``index``, or None when it may act now: it was
-        approved and the page still shows what the reviewers saw."""
-        approved = self.plan.approved_evidence
-        if index != self.plan.approved_index or approved is None:
-            evidence, screenshot = self._evidence(index, step)
-            return Gate(evidence=evidence, screenshot=screenshot)
-        # Everything evidence_changes compares, read without the pictures and the observation:
-        # those are for a new request only, and the reviewer is waiting for the action.
-        current = self._compared(step, waiting=False)
-        if current is not None and not evidence_changes(approved, current):
-            return None
-        evidence, screenshot = self._evidence(index, step)
-        changes = evidence_changes(approved, evidence)
-        if changes:
-            return Gate(evidence=evidence, screenshot=screenshot, changes=tuple(changes))
-        return None
-
-    def _compared(self, step: StepBase, *, waiting: bool) -> dict[str, Any] | None:
-        """The evidence that decides whether an approval still holds: the address, the target's
-        identity, the values this run typed that are still on the page, the page's text.
-
-        ``waiting=False`` reads what is there now and returns None when the target does not
-        match exactly one element (the full evidence then waits, or says why it cannot)."""
-        page = self.page
-        page.wait_for_load_state("domcontentloaded", timeout=self._scaled(5_000))
-        target: dict[str, Any] | None = None
-        targets = step.targets()
-        if targets:
-            located = self.locate(page, targets[0])
-            # One round trip for every match: a strict locator's evaluate first waits for its
-            # element through several more.
-            found = located.evaluate_all(f"elements => elements.map({_TARGET_IDENTITY})")
-            if len(found) == 1:
-                identity = found[0]
-            elif waiting:
-                identity = located.evaluate(_TARGET_IDENTITY, timeout=self._scaled(5_000))
-            else:
-                return None
-            target = {
-                "description": self.words(targets[0].describe()),
-                **{key: self._scrub(str(value)) for key, value in identity.items()},
-            }
-        text = page.evaluate("() => document.body ? document.body.innerText : ''")
-        url = self._scrub(page.url)
-        filled = []
-        for entry in self.filled:
-            entry = dict(entry)
-            entry.pop("on_page", None)
-            if entry["url"] == page.url and not entry["secret"]:
-                # A form posted to its own address leaves the URL as it was: the field may be
-                # gone, which is no reason to wait for it.
-                field = self.locate(page, Target.model_validate(entry["target"]), strict=False)
-                try:
-                    entry["on_page"] = (
-                        field.first.input_value(timeout=self._scaled(1_000))
-                        if field.count()
-                        else None
-                    )
-                except PlaywrightError:
-                    entry["on_page"] = None
-            filled.append(entry)
-        return {
-            "url": url,
-            "target": target,
-            "filled": filled,
-            "page_text": self._scrub(" ".join(str(text).split()))[:PAGE_TEXT_LIMIT],
-        }
-
-    def _evidence(self, index: int, step: StepBase) -> tuple[dict[str, Any], bytes]:
-        compared = self._compared(step, waiting=True)
-        assert compared is not None  # a waiting read raises rather than give up
-        page = self.page
-        seen = observing.capture(page, secret_values=self.secret_values)
-        targets = step.targets()
-        if compared["target"] is not None:
-            located = self.locate(page, targets[0])
-            compared["target"]["box"] = located.bounding_box(timeout=self._scaled(5_000))
-        # Lossless: this picture is what a person signs off on.
-        screenshot = page.screenshot(
-            type="png", mask=seen.masks or None, caret="initial", timeout=self._scaled(10_000)
-        )
-        evidence = {
-            "step_index": index,
-            "step_id": step.id,
-            **compared,
-            "action": self.words(
-                f"{describe_step(step).removesuffix(' — irreversible')} on {compared['url']}"
-            ),
-            # What the runner waits for before calling the action done (and what it does with a
-            # confirm() the click opens): reviewers approve the action with its success test.
-            "expect": self._expect_words(step.expect) if step.expect else "",
-            "dialog": step.dialog or "" if isinstance(step, ClickStep) else "",
-            "title": seen.observation.title,
-            "inputs": dict(self.plan.inputs),
-            "outputs": {key: _plain(value) for key, value in self.outputs.items()},
-            "observation": seen.observation.to_dict(),
-        }
-        if self._operators:
-            evidence["operators"] = list(self._operators)
-        return evidence, screenshot
 
     def _watch(self, context: BrowserContext) -> None:
         self._pages = [p for p in context.pages if not p.is_closed()] or [context.new_page()]
@@ -794,7 +410,7 @@ class Runner:
             with contextlib.suppress(PlaywrightError):
                 dialog.dismiss()
             return
-        message = self._scrub(" ".join(str(dialog.message).split())[:500])
+        message = wording.scrub(self, " ".join(str(dialog.message).split())[:500])
         plan = self._dialog_plan
         try:
             if plan is not None and plan.dialog == "accept":
@@ -829,7 +445,7 @@ class Runner:
         record = StepRecord(
             index=index,
             step_id=step.id,
-            step_type=step.type,  # type: ignore[attr-defined]
+            step_type=step.type,
             sentence=self.words(describe_step(step)),
             status="succeeded",
             started_at=started,
@@ -847,35 +463,36 @@ class Runner:
         except Refused as exc:
             self._verdict = "refused"
             record.status = "failed"
-            record.error = self._scrub(f"the portal refused: {exc}")
+            record.error = wording.scrub(self, f"the portal refused: {exc}")
         except Unconfirmed as exc:
             self._verdict = "unconfirmed"
             record.status = "failed"
-            record.error = self._scrub(str(exc))
+            record.error = wording.scrub(self, str(exc))
         except Unanswered as exc:
             self._verdict = "unanswered"
             record.status = "failed"
-            record.error = self._scrub(str(exc))
+            record.error = wording.scrub(self, str(exc))
         except StepFailed as exc:
             record.status = "failed"
-            record.error = self._scrub(str(exc))
+            record.error = wording.scrub(self, str(exc))
         except PlaywrightTimeout as exc:
             record.status = "failed"
-            record.error = self._scrub(self._explain_timeout(step, exc))
+            record.error = wording.scrub(self, locating.explain_timeout(self, step, exc))
         except PlaywrightError as exc:
             record.status = "failed"
-            record.error = self._scrub(_first_line(str(exc)))
+            record.error = wording.scrub(self, wording.first_line(str(exc)))
         if self._notes:
             note = "; ".join(self._notes)
             record.error = f"{record.error} ({note})" if record.error else note
         record.error = self.words(record.error)
         following = self.plan.steps[index + 1 : index + 2]
-        self._capture(
+        capturing.capture(
+            self,
             record,
-            touched_page=not isinstance(step, READ_ONLY_STEPS),
+            touched_page=step.touches_page,
             # Only a read-only step can reuse this evidence: mark the page for it alone.
-            watch=isinstance(step, READ_ONLY_STEPS)
-            or any(s.get("type") in READ_ONLY_TYPES for s in following),
+            watch=not step.touches_page
+            or any(s.get("type") in _READ_ONLY_TYPES for s in following),
         )
         if self._dialogs:
             record.observation = {**(record.observation or {}), "dialogs": list(self._dialogs)}
@@ -896,6 +513,9 @@ class Runner:
 
     def _new_refusals(self, baseline: set[str]) -> list[str]:
         return [m for m in visible_refusals(self.page) if m not in baseline]
+
+    def new_refusals(self) -> list[str]:
+        return self._new_refusals(self._baseline)
 
     def _after(
         self, step: StepBase, baseline: set[str], watch: ResponseWatch, timeout: float
@@ -958,7 +578,7 @@ class Runner:
     def _outcome_seen(self, page: Page, expect: Expect) -> bool:
         try:
             if expect.url is not None:
-                return _glob_match(page.url, self.text(expect.url))
+                return url_matches(page.url, self.text(expect.url))
             if expect.text is not None:
                 return page.get_by_text(self.text(expect.text)).first.is_visible()
             assert expect.target is not None
@@ -1020,88 +640,10 @@ class Runner:
     def _scaled(self, ms: float) -> float:
         return float(ms) * self.plan.time_scale
 
-    def _capture(self, record: StepRecord, *, touched_page: bool, watch: bool = True) -> None:
-        """Take the step's evidence: only what must be read at this instant (the serialised
-        page, the masks, the picture). The numbered observation is built later by the writer
-        (``sessions.engine.recording.finish``), off the runner's path."""
-        try:
-            page = self.page
-            page.wait_for_load_state("domcontentloaded", timeout=self._scaled(5_000))
-        except (StepFailed, PlaywrightError):
-            return
-        try:
-            watcher = self._watcher(page)
-            mark = watcher.mark() if watch else None
-            last = self._last_capture
-            if (
-                not touched_page
-                and mark is not None
-                and last is not None
-                and last.page is page
-                and last.mark == mark
-            ):
-                # Same document, no mutation, input or scroll since the last picture, and this
-                # step sent no input: that evidence shows this moment too, at no cost.
-                record.url = last.taken.url
-                record.title = last.taken.shown_title
-                record.pending = last.taken
-                record.screenshot = last.screenshot
-                return
-            taken = observing.take(page, secret_values=self.secret_values, watch=watcher)
-            record.url = page.url
-            record.title = taken.shown_title
-            record.pending = taken
-            if not touched_page and last is not None and last.taken.key == taken.key:
-                # Same URL, controls, texts and layout as the last picture (a page whose
-                # changes the watch cannot see, such as one with iframes): reuse the picture.
-                record.screenshot = last.screenshot
-            elif taken.masks:
-                record.screenshot = watcher.masked_screenshot(
-                    taken.mask_paths, quality=SCREENSHOT_QUALITY
-                ) or page.screenshot(
-                    # Fields in frames, or fields that moved while the picture was taken: the
-                    # browser paints the masks itself.
-                    type="jpeg",
-                    quality=SCREENSHOT_QUALITY,
-                    caret="initial",
-                    mask=taken.masks,
-                    timeout=self._scaled(10_000),
-                )
-            else:
-                record.screenshot = watcher.screenshot(quality=SCREENSHOT_QUALITY)
-            self._last_capture = _Seen(
-                page=page, mark=mark, taken=taken, screenshot=record.screenshot
-            )
-        except PlaywrightError as exc:
-            self._last_capture = None
-            # Evidence that cannot be taken is said so, never faked.
-            note = f"evidence incomplete: {_first_line(str(exc))}"
-            record.error = f"{record.error}; {note}" if record.error else note
-
-    def _watcher(self, page: Page) -> observing.PageWatch:
-        watcher = self._watches.get(id(page))
-        if watcher is None or watcher.page is not page:
-            watcher = self._watches[id(page)] = observing.PageWatch(page)
-        return watcher
-
-    def masks(self, page: Page) -> list[Locator]:
-        """What to hide in a picture of ``page`` now: the last evidence's masks when the page has
-        not changed since it was taken, else those of a fresh look."""
-        watcher = self._watcher(page)
-        last = self._last_capture
-        if (
-            last is not None
-            and last.page is page
-            and last.mark is not None
-            and watcher.mark() == last.mark
-        ):
-            return last.taken.masks
-        return observing.take(page, secret_values=self.secret_values, watch=watcher).masks
-
     # Actions -------------------------------------------------------------------------------
 
     def _act(self, step: StepBase, record: StepRecord, timeout: float) -> None:
-        act = steps.ACTIONS.get(type(step))
+        act = steps.act_of(step)
         if act is None:  # pragma: no cover - the schema has no other step types
             raise StepFailed(f"unknown step type {type(step).__name__}")
         act(self, step, record, timeout)
@@ -1113,258 +655,26 @@ class Runner:
         except PlaywrightError:
             return
 
-    def choose(self, page: Page, step: SelectStep, timeout: float) -> None:
-        element = self.locate(page, step.target)
-        option = self.text(step.option)
-        tag = element.evaluate("e => e.tagName", timeout=timeout)
-        if str(tag).lower() == "select":
-            element.select_option(label=option, timeout=timeout)
-            return
-        # A custom dropdown: open it, then choose the option by its accessible name.
-        element.click(timeout=timeout)
-        choice = page.get_by_role("option", name=option, exact=True)
-        if choice.count() == 0:
-            raise StepFailed(f"the dropdown {step.target.describe()} has no option '{option}'")
-        choice.first.click(timeout=timeout)
-
-    def wait_for(self, page: Page, step: WaitForStep, timeout: float) -> None:
-        if step.network_idle:
-            page.wait_for_load_state("networkidle", timeout=timeout)
-            return
-        # Polled rather than left to Playwright, so that a refusal the portal shows meanwhile
-        # ends the wait in its words (and a waited-for text never matches inside it).
-        clock = time.monotonic()
-        while True:
-            new = self._new_refusals(self._baseline)
-            if new:
-                raise Refused("; ".join(new))
-            if self._waited(page, step):
-                return
-            if (time.monotonic() - clock) * 1000 >= timeout:
-                break
-            page.wait_for_timeout(100)
-        if step.target is not None:
-            raise PlaywrightTimeout(
-                f"waiting for {step.target.describe()} to be {step.state}: timed out"
-            )
-        if step.url is not None:
-            pattern = self.text(step.url)
-            raise StepFailed(f"the address did not come to match {pattern} (it is {page.url})")
-        raise StepFailed(f"the page did not show '{self.text(str(step.text))}' on {page.url}")
-
-    def _waited(self, page: Page, step: WaitForStep) -> bool:
-        try:
-            if step.target is not None:
-                visible = self.locate(page, step.target).first.is_visible()
-                return visible == (step.state == "visible")
-            if step.url is not None:
-                return _glob_match(page.url, self.text(step.url))
-            return page.get_by_text(self.text(str(step.text))).first.is_visible()
-        except PlaywrightTimeout:
-            return False
-        except PlaywrightError as exc:
-            if "context was destroyed" in str(exc) or "navigat" in str(exc):
-                return False  # between two documents: look again
-            raise
-
-    def extract_field(self, page: Page, extract: ExtractField, timeout: float) -> Any:
-        # A rows target matches every row: many matches are the point, not an ambiguity.
-        element = self.locate(page, extract.target, strict=extract.kind != "rows")
-        if extract.kind == "rows":
-            rows = []
-            for row in element.all():
-                rows.append(
-                    {
-                        name: _clean(self.locate(row, target).first.inner_text(timeout=timeout))
-                        for name, target in (extract.columns or {}).items()
-                    }
-                )
-            return rows
-        if extract.kind == "attribute":
-            value = element.get_attribute(str(extract.attribute), timeout=timeout)
-            if value is None:
-                raise StepFailed(
-                    f"{extract.target.describe()} has no attribute '{extract.attribute}'"
-                )
-            return value
-        text = _clean(element.inner_text(timeout=timeout))
-        if extract.kind == "text":
-            return text
-        if extract.kind in ("number", "money"):
-            return str(_parse_number(text, extract.name))
-        return _parse_date(text, extract.date_format, extract.name)
-
-    def check_outcome(self, page: Page, check: Any) -> str | None:
-        if isinstance(check, TextCheck):
-            present = page.get_by_text(check.text).count() > 0
-            if check.kind == "text_present" and not present:
-                return f"the page does not show '{check.text}' ({page.url})"
-            if check.kind == "text_absent" and present:
-                return f"the page shows '{check.text}' ({page.url})"
-            return None
-        if isinstance(check, UrlCheck):
-            if not _glob_match(page.url, check.pattern):
-                return f"the address {page.url} does not match {check.pattern}"
-            return None
-        if isinstance(check, CountCheck):
-            count = self.locate(page, check.target, strict=False).count()
-            if not _compare(count, check.op, check.count):
-                return (
-                    f"found {count} of {check.target.describe()}, expected {check.op} {check.count}"
-                )
-            return None
-        assert isinstance(check, CompareCheck)
-        left, right = self._operand(check.left), self._operand(check.right)
-        if not _compare(left, check.op, right):
-            return f"{check.left} ({left}) {check.op} {check.right} ({right}) is not true"
-        return None
-
-    def _operand(self, text: str) -> Any:
-        namespace, _, name = text.partition(".")
-        if namespace == "outputs" and name in self.outputs:
-            return self.outputs[name]
-        if namespace == "params" and name in self.plan.inputs:
-            return self.plan.inputs[name]
-        if namespace in ("outputs", "params"):
-            raise StepFailed(f"{text} has no value in this run")
-        return text
-
     # Targets, text and files -----------------------------------------------------------------
 
+    # What step kinds use of the runner (``steps.base.Acting``) --------------------------------
+
     def locate(self, scope: Page | Locator, target: Target, *, strict: bool = True) -> Locator:
-        base: Any = scope
-        for frame in target.frame:
-            base = base.frame_locator(frame)
-        if target.role:
-            name = self.text(target.name) if target.name else None
-            locator = base.get_by_role(target.role, name=name, exact=target.exact)
-        elif target.label:
-            locator = base.get_by_label(self.text(target.label), exact=target.exact)
-        elif target.placeholder:
-            locator = base.get_by_placeholder(self.text(target.placeholder), exact=target.exact)
-        elif target.text:
-            locator = base.get_by_text(self.text(target.text), exact=target.exact)
-        elif target.test_id:
-            locator = base.get_by_test_id(target.test_id)
-        else:
-            locator = base.locator(str(target.css))
-        if target.nth is not None:
-            return locator.nth(target.nth)
-        if not strict:
-            return locator
-        count = locator.count()
-        if count > 1:
-            raise StepFailed(
-                f"{count} elements match {target.describe()} on {self.page.url}; "
-                "make the target more exact or add nth"
-            )
-        return locator
+        return locating.locate(self, scope, target, strict=strict)
 
-    def _explain_timeout(self, step: StepBase, exc: PlaywrightTimeout) -> str:
-        """Why a step ran out of time, in the page's terms: a target that is not there, one that
-        something else covers, one that is hidden or disabled. Playwright's own text last."""
-        acts = not isinstance(step, READ_ONLY_STEPS)
-        for target in step.targets():
-            try:
-                locator = self.locate(self.page, target, strict=False)
-                if locator.count() == 0:
-                    return f"no {_noun(target)} on {self.page.url}"
-                if not acts:
-                    continue
-                element = locator.first
-                if not element.is_visible():
-                    return f"{target.describe()} is on {self.page.url} but not visible"
-                cover = self._covered_by(element, target)
-                if cover:
-                    return f"{cover} covers {target.describe()} on {self.page.url}"
-                if not element.is_enabled():
-                    return f"{target.describe()} is disabled on {self.page.url}"
-            except (PlaywrightError, StepFailed):
-                continue
-        return f"gave up after {step.timeout_ms} ms: {_first_line(str(exc))}"
-
-    def _covered_by(self, element: Locator, target: Target) -> str:
-        """What lies over the middle of ``element`` ('' when nothing does), looked up in the
-        element's own frame (or shadow root), then, for an element in an iframe, on the page."""
-        wait = self._scaled(2_000)
-        with contextlib.suppress(PlaywrightError):  # where it is still says something
-            element.scroll_into_view_if_needed(timeout=wait)
-        found = element.evaluate(_COVERED_BY, None, timeout=wait)
-        if not found and target.frame:
-            box = element.bounding_box(timeout=wait)
-            if box is not None:
-                middle = [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2]
-                found = self.page.evaluate(f"point => ({_COVERED_BY})(null, point)", middle)
-        if not found:
-            return ""
-        kind, name = str(found.get("kind") or "element"), _clip(str(found.get("name") or ""))
-        article = "an" if kind[:1] in "aeiou" else "a"
-        return f"{article} {kind} '{name}'" if name else f"{article} {kind}"
+    def masks(self, page: Page) -> list[Locator]:
+        return capturing.masks(self, page)
 
     def text(self, template: str, *, secrets: bool = False) -> str:
-        def value(namespace: str, name: str, sub: str | None) -> str:
-            if namespace == "params":
-                return _plain(self.plan.inputs.get(name, ""))
-            if namespace == "outputs" and name in self.code_names:
-                if not secrets:
-                    raise StepFailed(f"the one-time code '{name}' may only be typed into a field")
-                if name not in self._codes:
-                    raise StepFailed(
-                        f"the one-time code '{name}' was used up: a code is kept only until the "
-                        "run next waits for a person"
-                    )
-                return self._codes[name]
-            if namespace == "outputs":
-                return _plain(self.outputs.get(name, ""))
-            if not secrets:
-                raise StepFailed("secrets may only be typed into fields")
-            fields = self.plan.secrets.get(name, {})
-            if sub == "code" and "seed" in fields:
-                return self._secret(totp_code(fields["seed"]))
-            if sub is None or sub not in fields:
-                raise StepFailed(f"credential '{name}' has no field '{sub}' in this run")
-            return fields[sub]
-
-        references(template)  # refuses anything that is not a plain reference
-        return re.sub(
-            r"\{\{\s*(params|secrets|outputs)\.([a-z][a-z0-9_-]*)(?:\.([a-z_]+))?\s*\}\}",
-            lambda m: value(m.group(1), m.group(2), m.group(3)),
-            template,
-        )
-
-    def _secret(self, value: str) -> str:
-        """``value``, from now on masked wherever this run shows text (a code made from a seed)."""
-        if value and value not in self.secret_values:
-            self.secret_values = sorted([*self.secret_values, value], key=len, reverse=True)
-        return value
+        return wording.fill_in(self, template, secrets=secrets)
 
     def words(self, text: str) -> str:
-        """``text`` for people: references filled in with this run's values, as they were typed
-        ("no link named 'INV-1040'"), secrets masked. A reference with no value yet stays."""
-
-        def value(match: re.Match[str]) -> str:
-            namespace, name = match.group(1), match.group(2)
-            if namespace == "params" and name in self.plan.inputs:
-                return _plain(self.plan.inputs[name])
-            if namespace == "outputs" and name in self.code_names:
-                return MASK
-            if namespace == "outputs" and name in self.outputs:
-                return _plain(self.outputs[name])
-            if namespace == "secrets":
-                return MASK
-            return match.group(0)
-
-        return self._scrub(_REFERENCE.sub(value, text)) if text else text
-
-    def _scrub(self, text: str) -> str:
-        for secret in self.secret_values:
-            text = text.replace(secret, MASK)
-        return text
+        return wording.words(self, text)
 
     def save_file(self, name: str, filename: str, content: bytes) -> ArtifactFile:
         directory = self.plan.artifacts_dir
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / _safe_filename(filename)
+        path = directory / safe_filename(filename)
         path.write_bytes(content)
         return ArtifactFile(
             name=name,
@@ -1377,7 +687,7 @@ class Runner:
     def save_download(self, name: str, download: Download) -> ArtifactFile:
         directory = self.plan.artifacts_dir
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / _safe_filename(download.suggested_filename or name)
+        path = directory / safe_filename(download.suggested_filename or name)
         try:
             download.save_as(path)
         except PlaywrightError as exc:
@@ -1427,133 +737,6 @@ def _load_storage_state(context: BrowserContext, state: dict[str, Any]) -> None:
             page.close()
 
 
-def gate_reason(index: int, step: StepBase, gate: Gate) -> str:
-    if gate.changes:
-        return f"step {index + 1} '{step.id}': the page changed since it was approved"
-    return f"step {index + 1} '{step.id}' is irreversible and needs approval"
-
-
-def evidence_changes(approved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """What differs between the evidence a person approved and the page now, in words."""
-    changes = []
-    if approved.get("url") != current.get("url"):
-        changes.append(f"the address changed: {approved.get('url')} → {current.get('url')}")
-    old_target, new_target = approved.get("target") or {}, current.get("target") or {}
-    for key in ("description", "tag", "id", "name", "type", "text", "form_action"):
-        if old_target.get(key) != new_target.get(key):
-            changes.append(
-                f"the target's {key} changed: {old_target.get(key)!r} → {new_target.get(key)!r}"
-            )
-    old_fields = {entry["step_id"]: entry for entry in approved.get("filled", [])}
-    for entry in current.get("filled", []):
-        before = old_fields.get(entry["step_id"], {})
-        if before.get("on_page") != entry.get("on_page"):
-            changes.append(
-                f"{entry['field']} now holds {entry.get('on_page')!r}, "
-                f"not {before.get('on_page')!r}"
-            )
-    if approved.get("page_text") != current.get("page_text"):
-        changes.append(f"the page's text changed: {_text_change(approved, current)}")
-    return changes
-
-
-def _text_change(approved: dict[str, Any], current: dict[str, Any]) -> str:
-    import difflib
-
-    old_words = str(approved.get("page_text", "")).split()
-    new_words = str(current.get("page_text", "")).split()
-    matcher = difflib.SequenceMatcher(a=old_words, b=new_words, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag != "equal":
-            return f"'{' '.join(old_words[i1:i2])[:80]}' → '{' '.join(new_words[j1:j2])[:80]}'"
-    return "(whitespace only)"
-
-
-def _noun(target: Target) -> str:
-    if target.role:
-        return f"{target.role} named '{target.name}'" if target.name else target.role
-    if target.label:
-        return f"field labelled '{target.label}'"
-    if target.placeholder:
-        return f"field with placeholder '{target.placeholder}'"
-    if target.text:
-        return f"text '{target.text}'"
-    if target.test_id:
-        return f"element with test id '{target.test_id}'"
-    return f"element matching {target.css}"
-
-
-def _clip(text: str, limit: int = 80) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else "unknown error"
-
-
-def _clean(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _plain(value: Any) -> str:
-    return str(value) if value is not None else ""
-
-
-def _parse_number(text: str, name: str) -> Decimal:
-    # "EUR 1,234.50", "1.234,50 €", "-12.00": keep the digits and the last decimal separator.
-    digits = re.sub(r"[^\d,.\-]", "", text)
-    if "," in digits and "." in digits:
-        decimal_sep = "," if digits.rfind(",") > digits.rfind(".") else "."
-        thousands = "." if decimal_sep == "," else ","
-        digits = digits.replace(thousands, "").replace(decimal_sep, ".")
-    elif "," in digits:
-        head, _, tail = digits.rpartition(",")
-        digits = f"{head.replace(',', '')}.{tail}" if len(tail) != 3 else digits.replace(",", "")
-    try:
-        return Decimal(digits)
-    except InvalidOperation:
-        raise StepFailed(f"'{text}' is not a number (extracting {name})") from None
-
-
-def _parse_date(text: str, date_format: str | None, name: str) -> str:
-    formats = (
-        [date_format]
-        if date_format
-        else ["%Y-%m-%d", "%d %b %Y", "%d.%m.%Y", "%d/%m/%Y", "%b %d, %Y"]
-    )
-    for candidate in formats:
-        try:
-            return datetime.strptime(text, candidate).date().isoformat()
-        except ValueError:
-            continue
-    raise StepFailed(f"'{text}' is not a date (extracting {name})")
-
-
-def _glob_match(url: str, pattern: str) -> bool:
-    # Playwright-style globs: ** crosses slashes; fnmatch's * already does, so both map to it.
-    return fnmatch.fnmatchcase(url, pattern.replace("**", "*"))
-
-
-def _compare(left: Any, op: str, right: Any) -> bool:
-    if op == "contains":
-        return str(right) in str(left)
-    try:
-        a: Any = Decimal(str(left).replace(",", ""))
-        b: Any = Decimal(str(right).replace(",", ""))
-    except InvalidOperation:
-        a, b = str(left), str(right)
-    operations: dict[str, Callable[[Any, Any], bool]] = {
-        "==": lambda x, y: x == y,
-        "!=": lambda x, y: x != y,
-        "<": lambda x, y: x < y,
-        "<=": lambda x, y: x <= y,
-        ">": lambda x, y: x > y,
-        ">=": lambda x, y: x >= y,
-    }
-    return operations[op](a, b)
-
-
-def _safe_filename(name: str) -> str:
+def safe_filename(name: str) -> str:
     cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "file"
     return cleaned[:200]

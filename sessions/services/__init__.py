@@ -1,7 +1,10 @@
 """The run services, by seam. ``runstate`` is the only run API other apps use; the rest is
-launch/cancel/reconcile/reap (``launch``), execution (``execution``), the worker-side record
-writer and heartbeat (``writer``) and session templates (``templates``). The package
-exports their public names; what a module keeps private is imported from that module."""
+launch/cancel/reconcile/reap (``launch``), control sessions (``control``) and session
+templates (``templates``). The package exports their public names.
+
+The worker's side is not exported: ``execution`` (a run), ``baking`` (a session template) and
+``writer`` (a run's records and heartbeat) load the engine, so only the tasks import them, inside
+their bodies, and a web process never loads Playwright."""
 
 from __future__ import annotations
 
@@ -9,12 +12,6 @@ from sessions.services.control import (
     control_close,
     control_close_open_sessions,
     control_open,
-)
-from sessions.services.execution import (
-    run_answer_continue,
-    run_continue,
-    run_execute,
-    run_fail_waiting,
 )
 from sessions.services.launch import (
     coerce_inputs,
@@ -50,7 +47,6 @@ from sessions.services.templates import (
     T,
     TemplateError,
     lock_template,
-    template_bake,
     template_discard_state,
     template_mark_stale,
     template_rebake_due,
@@ -58,12 +54,6 @@ from sessions.services.templates import (
     template_retire,
     template_states_reencrypt,
     templates_dir,
-)
-from sessions.services.writer import (
-    _sha256,
-    run_record_action,
-    run_record_denial,
-    run_record_step,
 )
 
 __all__ = [
@@ -75,7 +65,6 @@ __all__ = [
     "T",
     "TemplateError",
     "TransitionRefused",
-    "_sha256",
     "coerce_inputs",
     "concurrency_limit",
     "control_close",
@@ -90,23 +79,15 @@ __all__ = [
     "queue_position",
     "queue_release",
     "queues_release_all",
-    "run_answer_continue",
     "run_cancel",
-    "run_continue",
     "run_enqueue",
-    "run_execute",
-    "run_fail_waiting",
     "run_files_dir",
     "run_launch",
     "run_launch_once",
     "run_reap",
     "run_reconcile",
-    "run_record_action",
-    "run_record_denial",
-    "run_record_step",
     "sandbox_reap_orphans",
     "sandbox_run_key",
-    "template_bake",
     "template_discard_state",
     "template_mark_stale",
     "template_rebake_due",

@@ -7,12 +7,23 @@ import socket
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connections, transaction
 from django.utils import timezone
 
+from approvals.models import ApprovalRequest, Question
+from approvals.questions import question_open, question_take_answer
+from approvals.services import approval_open, approval_void_pending
+from sessions.engine.driver import Connection, connect_timeout_ms
+from sessions.engine.plan import Answer, RunPlan, SessionCheck, secret_targets, secret_values_of
+from sessions.engine.runner import Runner
+from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from sessions.engine.sandbox.egress import Egress, EgressError
+from sessions.live import Filmstrip, LiveFeed
 from sessions.models import Run
+from sessions.services.baking import Fork, fork_for
+from sessions.services.credentials import credentials_open
 from sessions.services.egress import egress_dir, egress_start
 from sessions.services.records import event_append, lock_run
 from sessions.services.runstate import (
@@ -23,12 +34,9 @@ from sessions.services.runstate import (
     transition,
 )
 from sessions.services.sandboxes import sandbox_alive, sandbox_backend
-from sessions.services.templates import _Fork, _fork_for, _open_credentials, template_mark_stale
-from sessions.services.writer import _Heartbeat, _Sink, _worker_name
+from sessions.services.templates import template_mark_stale
+from sessions.services.writer import Heartbeat, RunSink, worker_name
 from workflows.schema import credentials_used
-
-if TYPE_CHECKING:
-    from sessions.engine.driver import Connection
 
 logger = logging.getLogger(__name__)
 
@@ -48,17 +56,15 @@ def run_execute(*, run_id: int) -> None:
         ttl = timedelta(minutes=version.settings_model.run_ttl_minutes)
         now = timezone.now()
         transition(
-            run, S.STARTING, worker=_worker_name(),
+            run, S.STARTING, worker=worker_name(),
             heartbeat_at=now, started_at=now, deadline_at=now + ttl,
         )  # fmt: skip
     # Imported here: the browser machinery is only needed where runs execute.
-    from sessions.engine.sandbox.base import SandboxError, SandboxSpec
-    from sessions.engine.sandbox.egress import EgressError
 
-    sink = _Sink(run_id)
+    sink = RunSink(run_id)
     fork = None
     if document.get("session"):
-        picked = _fork_for(run_id, sink)
+        picked = fork_for(run_id, sink)
         if isinstance(picked, str):
             sink.close()
             _finish(run_id, S.FAILED, picked)
@@ -81,7 +87,7 @@ def run_execute(*, run_id: int) -> None:
     deadline = time.time() + ttl.total_seconds() + 30
     # A browser may take a while to start on a busy host: beat meanwhile, so the reaper does
     # not take a slow start for a dead worker.
-    starting = _Heartbeat(run_id, sink)
+    starting = Heartbeat(run_id, sink)
     starting.start()
     try:
         # The proxy runs in a supervisor process of its own that outlives this worker.
@@ -130,7 +136,7 @@ def run_execute(*, run_id: int) -> None:
     _drive(run_id, record, proxy, sink, start_index=run.start_index, approval=None, fork=fork)
 
 
-def _mark_running(run_id: int, record: dict[str, Any], sandbox: Any, fork: _Fork | None) -> bool:
+def _mark_running(run_id: int, record: dict[str, Any], sandbox: Any, fork: Fork | None) -> bool:
     """Hand the started sandbox to the run; False when the run ended (a cancel) meanwhile."""
     facts = _sandbox_facts(sandbox, fork)
     with transaction.atomic():
@@ -151,7 +157,7 @@ def _mark_running(run_id: int, record: dict[str, Any], sandbox: Any, fork: _Fork
     return True
 
 
-def _sandbox_facts(sandbox: Any, fork: _Fork | None) -> dict[str, Any]:
+def _sandbox_facts(sandbox: Any, fork: Fork | None) -> dict[str, Any]:
     """What the run page shows about the browser's isolation; the sandbox record itself is gone
     once the run ends."""
     facts: dict[str, Any] = {"backend": sandbox.backend, "ready_seconds": sandbox.ready_seconds}
@@ -179,8 +185,6 @@ def run_continue(*, run_id: int, approval_id: int) -> None:
     processes of their own, reached by CDP and by their directory. Exactly once per approval:
     the first call marks the approval continued, any later call does nothing.
     """
-    from approvals.models import ApprovalRequest
-    from sessions.engine.sandbox.egress import Egress
 
     # Connecting to the browser takes as long as the checks below: it starts first, and nothing
     # is done with the browser unless they pass.
@@ -206,7 +210,7 @@ def run_continue(*, run_id: int, approval_id: int) -> None:
             return
         # Only a connection to the browser recorded under the lock is used.
         same = ahead is not None and record.get("cdp_url") == seen.get("cdp_url")
-        sink = _Sink(run_id)
+        sink = RunSink(run_id)
         proxy = Egress(record["egress_dir"])
         _drive(
             run_id, record, proxy, sink, start_index=approval.step_index, approval=approval,
@@ -219,9 +223,6 @@ def run_continue(*, run_id: int, approval_id: int) -> None:
 
 def _connect_ahead(record: dict[str, Any]) -> Connection | None:
     """A connection to the recorded browser, being opened (None without a usable record)."""
-    from sessions.engine.driver import Connection, connect_timeout_ms
-    from sessions.engine.sandbox.base import Sandbox, SandboxError
-
     if not record:
         return None
     try:
@@ -242,10 +243,6 @@ def run_answer_continue(*, run_id: int, question_id: int) -> None:
     continued and takes the answer (a sealed code is opened and wiped in the same transaction),
     any later call does nothing.
     """
-    from approvals.models import Question
-    from approvals.questions import question_take_answer
-    from sessions.engine.runner import Answer
-    from sessions.engine.sandbox.egress import Egress
 
     with transaction.atomic():
         run = lock_run(run_id)
@@ -269,7 +266,7 @@ def run_answer_continue(*, run_id: int, question_id: int) -> None:
         if record:
             destroy_sandbox(record)
         return
-    sink = _Sink(run_id)
+    sink = RunSink(run_id)
     proxy = Egress(record["egress_dir"])
     _drive(run_id, record, proxy, sink, start_index=answer.index, approval=None, answer=answer)
 
@@ -287,7 +284,7 @@ def _claim_sandbox(run: Run, *, not_done: str) -> str:
             reason=f"the run's browser sandbox was lost while it waited ({why}){not_done}",
         )  # fmt: skip
         return why
-    run.worker = _worker_name()
+    run.worker = worker_name()
     run.heartbeat_at = timezone.now()
     run.save(update_fields=["worker", "heartbeat_at"])
     return ""
@@ -297,21 +294,19 @@ def _drive(
     run_id: int,
     record: dict[str, Any],
     proxy: Any,
-    sink: _Sink,
+    sink: RunSink,
     *,
     start_index: int,
     approval: Any,
-    fork: _Fork | None = None,
+    fork: Fork | None = None,
     connection: Connection | None = None,
     answer: Any = None,
 ) -> None:
     """Run the runner against a started sandbox and settle what it reports (on ``connection``,
     to its browser opened ahead, where there is one)."""
-    from sessions.engine.runner import Runner, RunPlan, SessionCheck
-    from sessions.engine.sandbox.base import Sandbox
 
     sandbox = Sandbox.from_dict(record)
-    beat = _Heartbeat(run_id, sink, spool=Path(proxy.directory))
+    beat = Heartbeat(run_id, sink, spool=Path(proxy.directory))
     keep = False
     try:
         run = Run.objects.select_related("version").get(pk=run_id)
@@ -379,8 +374,6 @@ def _live_feed(
     run_settings: Any,
 ) -> Any:
     """The run's live view while this worker drives its browser (docs/live-view.md)."""
-    from sessions.engine.runner import secret_targets, secret_values_of
-    from sessions.live import Filmstrip, LiveFeed
 
     return LiveFeed(
         run_id=run_id,
@@ -399,7 +392,7 @@ def _live_feed(
 
 
 def _settle(
-    run_id: int, outcome: Any, sandbox: Any, proxy: Any, *, previous: Any, fork: _Fork | None
+    run_id: int, outcome: Any, sandbox: Any, proxy: Any, *, previous: Any, fork: Fork | None
 ) -> bool:
     """Record how the runner stopped; True when the run now waits with its browser alive."""
     if outcome.session_stale and fork is not None:
@@ -431,7 +424,6 @@ def _settle(
 
 
 def _await_approval(run_id: int, outcome: Any, sandbox: Any, proxy: Any, *, previous: Any) -> bool:
-    from approvals.services import approval_open
 
     with transaction.atomic():
         run = lock_run(run_id)
@@ -444,7 +436,6 @@ def _await_approval(run_id: int, outcome: Any, sandbox: Any, proxy: Any, *, prev
 
 
 def _await_answer(run_id: int, outcome: Any, sandbox: Any, proxy: Any) -> bool:
-    from approvals.questions import question_open
 
     with transaction.atomic():
         run = lock_run(run_id)
@@ -464,7 +455,6 @@ def _wait_for_people(run: Run, expires_at: datetime, sandbox: Any, proxy: Any) -
     whichever worker of the host continues the run finds it by its directory, and the host's
     housekeeping drains its spool.
     """
-    from sessions.engine.sandbox.base import SandboxError
 
     remaining = max(0.0, run.deadline_at.timestamp() - time.time()) if run.deadline_at else 0.0
     waits_until = expires_at.timestamp() + remaining + 60
@@ -479,7 +469,6 @@ def _wait_for_people(run: Run, expires_at: datetime, sandbox: Any, proxy: Any) -
 
 def run_fail_waiting(*, run_id: int, reason: str) -> None:
     """A waiting run that can no longer continue: its approval is voided, the run fails."""
-    from approvals.services import approval_void_pending
 
     with transaction.atomic():
         run = lock_run(run_id)
@@ -495,7 +484,6 @@ def run_fail_waiting(*, run_id: int, reason: str) -> None:
 def _crashed(run_id: int, reason: str, **fields: Any) -> None:
     """The runner stopped abnormally. If it was inside an approved irreversible action, the
     action may have happened: a person reconciles it; otherwise the run failed."""
-    from approvals.models import ApprovalRequest
 
     with transaction.atomic():
         run = lock_run(run_id)
@@ -519,7 +507,7 @@ def _crashed(run_id: int, reason: str, **fields: Any) -> None:
 
 def _secrets_for(run: Run, names: list[str]) -> dict[str, dict[str, str]]:
     """Decrypt the workflow's credentials for this run; each use is audited, never the value."""
-    return _open_credentials(names, run_id=run.pk)
+    return credentials_open(names, run_id=run.pk)
 
 
 def _finish(run_id: int, status: str, reason: str, **fields: Any) -> None:

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import secrets
 import socket
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,15 +19,11 @@ from django.utils import timezone
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from pandaweb.core.dispatch import dispatch, task_named
-from sessions.models import Run, SessionTemplate
-from sessions.services.records import event_append, lock_run
+from sessions.models import SessionTemplate
 from sessions.services.runstate import host_queue
 from sessions.services.sandboxes import sandbox_backend
-from sessions.services.writer import _Heartbeat, _Sink
-from workflows.models import Credential, WorkflowVersion
-from workflows.schema import credentials_used
+from workflows.models import WorkflowVersion
 from workflows.services import vault
-from workflows.vault import VaultError
 
 logger = logging.getLogger(__name__)
 
@@ -50,26 +42,6 @@ BAKE_START_PATIENCE = timedelta(hours=1)
 
 class TemplateError(Exception):
     """A bake that cannot be requested; the message is for people."""
-
-
-@dataclass(frozen=True)
-class _Fork:
-    """What a run takes from the template it forks: decrypted only in the worker that uses it."""
-
-    template_id: int
-    storage_state: dict[str, Any] | None
-    restore_from: str
-
-
-@dataclass(frozen=True)
-class _Capture:
-    state: str  # the sealed storage state, or ''
-    state_path: str  # a saved VM, or ''
-    host: str
-
-
-class _BakeFailed(Exception):
-    pass
 
 
 def lock_template(template_id: int) -> SessionTemplate:
@@ -109,7 +81,7 @@ def _template_audit(
     )
 
 
-def _snapshots_whole_vm(backend: str) -> bool:
+def snapshots_whole_vm(backend: str) -> bool:
     return callable(getattr(sandbox_backend(backend), "snapshot", None))
 
 
@@ -123,7 +95,7 @@ def template_request_bake(
     Raises TemplateError when the version has no session block or its workflow is archived.
     """
     with transaction.atomic():
-        template, created = _request_bake(
+        template, created = request_bake(
             version_id=version_id, user=user, backend=backend, host=host
         )
         if created:
@@ -135,7 +107,7 @@ def template_request_bake(
     return template
 
 
-def _request_bake(
+def request_bake(
     *, version_id: int, user: User | None, backend: str, host: str, run_id: int | None = None
 ) -> tuple[SessionTemplate, bool]:
     version = WorkflowVersion.objects.select_related("workflow").get(pk=version_id)
@@ -169,160 +141,10 @@ def _request_bake(
     return template, True
 
 
-def template_bake(*, template_id: int, run_id: int | None = None) -> SessionTemplate:
-    """Bake a requested template (the body of the bake task; a run whose version never had a
-    template calls it inline): in a fresh sandbox behind the workflow's egress proxy, run the
-    session steps with the credentials, check the logged-in element, then save the whole VM
-    (backends with ``snapshot``) or capture the storage state, encrypted.
-
-    Not re-entrant: only the first call claims the template; a later one (a redelivered task)
-    returns it as it is.
-    """
-    claimed = SessionTemplate.objects.filter(
-        pk=template_id, status=T.BAKING, bake_started_at__isnull=True
-    ).update(bake_started_at=timezone.now())
-    template = SessionTemplate.objects.select_related("version__workflow").get(pk=template_id)
-    if claimed != 1:
-        return template
-    try:
-        capture = _bake(template, run_id=run_id)
-    except _BakeFailed as exc:
-        return _bake_failed(template_id, str(exc), run_id=run_id)
-    return _bake_ready(template_id, capture, run_id=run_id)
-
-
-def _bake(template: SessionTemplate, *, run_id: int | None) -> _Capture:
-    from sessions.engine.egress_policy import EgressPolicy
-    from sessions.engine.proxy import EgressProxy
-    from sessions.engine.runner import PUBLIC_CREDENTIAL_FIELDS, Runner, RunPlan, SessionCheck
-    from sessions.engine.sandbox.base import SandboxError, SandboxSpec
-
-    document = template.version.document or {}
-    session = document["session"]
-    run_settings = template.version.settings_model
-    ttl = run_settings.run_ttl_minutes * 60
-    names = sorted(set(run_settings.credentials) & credentials_used(session["steps"]))
-    try:
-        backend = sandbox_backend(template.backend)
-    except SandboxError as exc:
-        raise _BakeFailed(str(exc)) from None
-    snapshot = getattr(backend, "snapshot", None)
-    proxy = EgressProxy(
-        EgressPolicy(run_settings.allowed_hosts),
-        on_denied=lambda attempt: logger.debug(
-            "session template %s: egress to %s refused", template.pk, attempt.host
-        ),
-    )
-    proxy.start()
-    sandbox = None
-    typed: list[str] = []
-    try:
-        sandbox = backend.create(
-            SandboxSpec(
-                run_key=f"bake-{template.pk}-{secrets.token_hex(4)}",
-                proxy_url=proxy.url,
-                ttl_seconds=ttl + 30,
-            )
-        )
-        with transaction.atomic():
-            credentials = _open_credentials(names, run_id=run_id, template_id=template.pk)
-        typed = [
-            value
-            for fields in credentials.values()
-            for name, value in fields.items()
-            if value and name not in PUBLIC_CREDENTIAL_FIELDS
-        ]
-        plan = RunPlan(
-            steps=session["steps"],
-            inputs={},
-            secrets=credentials,
-            step_budget=len(session["steps"]),
-            deadline=time.time() + ttl,
-            artifacts_dir=templates_dir() / f"{template.pk}-files",
-            time_scale=float(sandbox.details.get("time_scale") or 1.0),
-            session=SessionCheck(url=session["check_url"], logged_in=session["logged_in"]),
-            baking=True,
-            capture_state=snapshot is None,
-        )
-        outcome = Runner(plan, _BakeSink()).run(
-            sandbox.cdp_url, artifacts_dir=sandbox.details.get("artifacts_dir")
-        )
-        if outcome.status != "succeeded":
-            where = f"session step '{outcome.failed_step}': " if outcome.failed_step else ""
-            raise _BakeFailed(where + outcome.reason)
-        if snapshot is None:
-            sealed = vault().seal({"storage_state": json.dumps(outcome.storage_state)})
-            return _Capture(state=sealed, state_path="", host="")
-        destination = templates_dir() / f"template-{template.pk}.vm"
-        destination.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        saving, sandbox = sandbox, None  # saving the VM ends it
-        snapshot(saving, destination)
-        return _Capture(state="", state_path=str(destination), host=socket.gethostname())
-    except _BakeFailed:
-        raise
-    except SandboxError as exc:
-        raise _BakeFailed(f"the browser sandbox failed: {_masked(str(exc), typed)}") from None
-    except Exception as exc:  # the browser died under us, or Playwright lost it
-        logger.exception("baking session template %s crashed", template.pk)
-        reason = _masked(str(exc)[:300], typed)
-        raise _BakeFailed(f"the browser stopped unexpectedly: {reason}") from None
-    finally:
-        if sandbox is not None:
-            try:
-                backend.destroy(sandbox)
-            except Exception:  # a sandbox that is already gone must not hide the outcome
-                logger.exception("destroying bake sandbox %s failed", sandbox.run_key)
-        proxy.stop()
-
-
-def _masked(text: str, typed: list[str]) -> str:
-    from sessions.engine.runner import MASK
-
-    for value in sorted(typed, key=len, reverse=True):
-        text = text.replace(value, MASK)
-    return text
-
-
-class _BakeSink:
-    """A bake's steps are not a run's: nothing is kept of them but how they ended."""
-
-    def step_finished(self, record: Any) -> None:
-        pass
-
-    def action_starting(self, index: int) -> None:
-        raise RuntimeError("session templates have no irreversible steps")
-
-    def action_finished(self, index: int, result: str = "") -> None:
-        raise RuntimeError("session templates have no irreversible steps")
-
-    def action_refused(self, index: int, reason: str) -> None:
-        raise RuntimeError("session templates have no irreversible steps")
-
-    def stop_reason(self) -> str | None:
-        return None
-
-
-def _open_credentials(
-    names: list[str], *, run_id: int | None, template_id: int | None = None
-) -> dict[str, dict[str, str]]:
-    """Decrypt credentials for a run or a bake; each use is audited, never the value."""
-    box = vault()
-    values = {}
-    for credential in Credential.objects.filter(name__in=names).order_by("name"):
-        values[credential.name] = box.open(credential.ciphertext)
-        audit_record(
-            action="credential.used",
-            object_type="credential",
-            object_id=credential.pk,
-            actor_kind=AuditEvent.ActorKind.RUNNER,
-            after={"name": credential.name},
-            run_id=run_id,
-            extra={"session_template": template_id} if template_id else None,
-        )
-    return values
-
-
-def _bake_ready(template_id: int, capture: _Capture, *, run_id: int | None) -> SessionTemplate:
+def bake_finished(
+    template_id: int, *, state: str, state_path: str, host: str, run_id: int | None
+) -> SessionTemplate:
+    """A bake captured its session: the template is ready and the ones it replaces retire."""
     key = SessionTemplate.objects.values("version_id", "backend").get(pk=template_id)
     with transaction.atomic():
         # One order for every lock: by primary key (the templates this bake replaces are older).
@@ -330,20 +152,18 @@ def _bake_ready(template_id: int, capture: _Capture, *, run_id: int | None) -> S
             SessionTemplate.objects.select_for_update()
             .select_related("version__workflow")
             .filter(**key, pk__lte=template_id)
-            .filter(
-                Q(pk=template_id) | Q(status__in=(T.READY, T.STALE, T.FAILED), host=capture.host)
-            )
+            .filter(Q(pk=template_id) | Q(status__in=(T.READY, T.STALE, T.FAILED), host=host))
             .order_by("pk")
         )
         *replaced, template = rows
         if template.status != T.BAKING:
             # Given up on while it baked (see _fail_abandoned_bakes): the capture is not used.
-            _discard_state_file(capture.state_path, capture.host)
+            _discard_state_file(state_path, host)
             return template
         template.status = T.READY
-        template.state = capture.state
-        template.state_path = capture.state_path
-        template.host = capture.host
+        template.state = state
+        template.state_path = state_path
+        template.host = host
         template.baked_at = timezone.now()
         template.save()
         _template_audit(
@@ -352,8 +172,8 @@ def _bake_ready(template_id: int, capture: _Capture, *, run_id: int | None) -> S
             actor_kind=AuditEvent.ActorKind.RUNNER,
             before={"status": T.BAKING},
             after={
-                "snapshot": "saved VM" if capture.state_path else "storage state (encrypted)",
-                "host": capture.host,
+                "snapshot": "saved VM" if state_path else "storage state (encrypted)",
+                "host": host,
             },
             run_id=run_id,
         )
@@ -362,7 +182,7 @@ def _bake_ready(template_id: int, capture: _Capture, *, run_id: int | None) -> S
     return template
 
 
-def _bake_failed(template_id: int, reason: str, *, run_id: int | None) -> SessionTemplate:
+def bake_failed(template_id: int, reason: str, *, run_id: int | None) -> SessionTemplate:
     with transaction.atomic():
         template = lock_template(template_id)
         if template.status != T.BAKING:
@@ -510,7 +330,7 @@ def template_rebake_due() -> list[int]:
         if template.baked_at is None or template.baked_at + timedelta(hours=hours) > now:
             continue
         with transaction.atomic():
-            fresh, created = _request_bake(
+            fresh, created = request_bake(
                 version_id=version.pk, user=None, backend=template.backend, host=template.host
             )
             if created:
@@ -528,75 +348,6 @@ def _fail_abandoned_bakes(now: Any) -> None:
         ttl = template.version.settings_model.run_ttl_minutes
         if template.bake_started_at is not None:
             if template.bake_started_at + timedelta(minutes=ttl + 5) < now:
-                _bake_failed(template.pk, "the worker baking it stopped answering", run_id=None)
+                bake_failed(template.pk, "the worker baking it stopped answering", run_id=None)
         elif template.created_at + BAKE_START_PATIENCE < now:
-            _bake_failed(template.pk, "no worker started the bake", run_id=None)
-
-
-def _fork_for(run_id: int, sink: _Sink) -> _Fork | str:
-    """The template a starting run forks, or why it cannot start. The newest ready template is
-    forked; one being baked is waited for; a stale or failed one fails the run (a person
-    re-bakes it); a version that never had one is baked here, inline: the only time the login
-    is on a run's path."""
-    beat = _Heartbeat(run_id, sink)  # the reaper must not take a long bake for a dead worker
-    beat.start()
-    try:
-        return _pick_or_bake(run_id)
-    finally:
-        beat.stop()
-
-
-def _pick_or_bake(run_id: int) -> _Fork | str:
-    from sessions import selectors
-    from sessions.engine.runner import STALE_SESSION
-    from sessions.engine.sandbox.base import SandboxError
-
-    here = socket.gethostname()
-    run = Run.objects.select_related("version", "launched_by").get(pk=run_id)
-    backend = run.sandbox_backend
-    while True:
-        state = Run.objects.filter(pk=run_id).values("status", "cancel_requested").get()
-        if state["cancel_requested"] or state["status"] in Run.FINAL:
-            return "the run was cancelled while its session template was baked"
-        if run.deadline_at is not None and timezone.now() >= run.deadline_at:
-            return "the run's time limit was reached while its session template was baked"
-        template = selectors.session_template_pick(
-            version_id=run.version_id, backend=backend, hosts=("", here)
-        )
-        if template is None:
-            try:
-                host = here if _snapshots_whole_vm(backend) else ""
-                with transaction.atomic():
-                    fresh, created = _request_bake(
-                        version_id=run.version_id, user=run.launched_by, backend=backend,
-                        host=host, run_id=run_id,
-                    )  # fmt: skip
-                    if created:
-                        locked = lock_run(run_id)
-                        event_append(
-                            locked, "session_template", {"phase": "baking", "template": fresh.pk}
-                        )
-                        locked.save(update_fields=["last_event_seq"])
-            except (TemplateError, SandboxError) as exc:
-                return f"the session template cannot be baked: {exc}"
-            if created:
-                template_bake(template_id=fresh.pk, run_id=run_id)
-            continue
-        if template.status == T.BAKING:
-            time.sleep(1.0)
-            continue
-        if template.status == T.STALE:
-            return STALE_SESSION
-        if template.status == T.FAILED:
-            return f"the session template could not be baked ({template.failure_reason}) — re-bake"
-        try:
-            storage = (
-                json.loads(vault().open(template.state)["storage_state"])
-                if template.state
-                else None
-            )
-        except (VaultError, KeyError, ValueError):
-            return "the session template's state cannot be decrypted — re-bake"
-        return _Fork(
-            template_id=template.pk, storage_state=storage, restore_from=template.state_path
-        )
+            bake_failed(template.pk, "no worker started the bake", run_id=None)

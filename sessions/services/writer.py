@@ -25,8 +25,10 @@ from django.db import (
 )
 from django.utils import timezone
 
+from approvals.models import ApprovalRequest
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
+from sessions.engine import recording
 from sessions.models import Artifact, Run, StepResult
 from sessions.services.egress import run_drain_egress
 from sessions.services.records import event_append, lock_run
@@ -35,7 +37,7 @@ from sessions.services.runstate import S, TransitionRefused, run_files_dir
 logger = logging.getLogger(__name__)
 
 
-class _Sink:
+class RunSink:
     """Where the runner reports. Records are persisted by a writer thread of their own: the
     runner's thread runs Playwright's event loop, where Django refuses database calls, and
     persistence off the runner's path keeps recording cheap."""
@@ -143,7 +145,7 @@ class _Sink:
                 conn.close()
 
 
-def _worker_name() -> str:
+def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -163,8 +165,6 @@ def run_record_action(
     tells a crash in the middle of a payment from one before it. ``committed`` is called right
     after the commit, before the run's viewers are told.
     """
-    from approvals.models import ApprovalRequest
-
     with transaction.atomic():
         if committed is not None:
             # Registered before the event's own callback: on-commit work runs in order.
@@ -206,14 +206,14 @@ def run_record_action(
         )
 
 
-class _Heartbeat:
+class Heartbeat:
     """Tells the reaper this worker is alive while a run executes here, and tells the runner
     when the run was cancelled (checked every second, so a cancel stops it quickly)."""
 
     def __init__(
         self,
         run_id: int,
-        sink: _Sink,
+        sink: RunSink,
         interval: float = 1.0,
         beat_every: int | None = None,
         spool: Path | None = None,
@@ -281,8 +281,6 @@ class _Heartbeat:
 def run_record_step(*, run_id: int, record: Any) -> StepResult:
     """Persist one executed step: files (the overlay and thumbnail are drawn here, on the
     writer thread), the step row, artifacts, an event, an audit event."""
-    from sessions.engine import recording
-
     directory = run_files_dir(run_id) / "steps"
     directory.mkdir(parents=True, exist_ok=True)
     stem = f"{record.index + 1:03d}-{record.step_id}"

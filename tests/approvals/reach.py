@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +21,7 @@ from pytest_django.fixtures import Settings
 from approvals import services as approvals
 from approvals.models import ApprovalRequest
 from sessions import services
+from sessions.engine.plan import Gate
 from sessions.models import Run
 from tests.approvals.fake_slack import FakeSlack
 from tests.sessions.conftest import EXAMPLE, publish
@@ -31,15 +31,6 @@ SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TEAM = "T0PANDA"
 CHANNEL = "C0PAYMENTS"
 INPUTS = {"invoice": "INV-1001", "amount": "1,250.00"}
-
-
-@dataclass
-class Gate:
-    """What the runner hands ``approval_open``: the evidence, the screenshot, what changed."""
-
-    evidence: dict[str, Any]
-    screenshot: bytes
-    changes: list[str] = field(default_factory=list)
 
 
 def png(width: int = 900, height: int = 600) -> bytes:
@@ -82,9 +73,7 @@ def open_request(launcher: User, workflow: Workflow, *, quorum: int = 1) -> Appr
     }
     with transaction.atomic():
         locked = services.lock_run(run.pk)
-        approval = approvals.approval_open(
-            run=locked, gate=Gate(evidence=evidence, screenshot=png()), previous=None
-        )
+        approval = approvals.approval_open(run=locked, gate=Gate.of(evidence, png()), previous=None)
         if quorum != 1:
             approval.quorum = quorum
             approval.save(update_fields=["quorum"])

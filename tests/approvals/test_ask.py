@@ -19,6 +19,7 @@ from pandaweb.audit.models import AuditEvent
 from pandaweb.demo_portal.server import PortalServer
 from sessions import services
 from sessions.models import Run
+from sessions.services import execution
 from tests.demo_portal.conftest import fetch_json
 from tests.sessions.conftest import processes_with, publish
 from workflows.models import Credential
@@ -38,7 +39,7 @@ def asking_run(operator: User, portal: str) -> Run:
     )
     workflow = publish(operator, document)
     run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
-    services.run_execute(run_id=run.pk)
+    execution.run_execute(run_id=run.pk)
     run.refresh_from_db()
     return run
 
@@ -82,8 +83,8 @@ def test_the_run_waits_for_the_sms_code_and_the_portal_takes_it(
 
     questions.question_answer(question_id=question.pk, user=operator, answer=code)
     assert [c["task"] for c in continuations] == ["runs.answer"]
-    services.run_answer_continue(run_id=run.pk, question_id=question.pk)
-    services.run_answer_continue(run_id=run.pk, question_id=question.pk)  # a duplicate: nothing
+    execution.run_answer_continue(run_id=run.pk, question_id=question.pk)
+    execution.run_answer_continue(run_id=run.pk, question_id=question.pk)  # a duplicate: nothing
 
     run.refresh_from_db()
     question.refresh_from_db()
@@ -115,7 +116,7 @@ def test_a_wrong_code_is_typed_and_the_portal_refuses_it(
     wrong = f"{(int(real) + 1) % 1_000_000:06d}"
 
     questions.question_answer(question_id=question.pk, user=operator, answer=wrong)
-    services.run_answer_continue(run_id=run.pk, question_id=question.pk)
+    execution.run_answer_continue(run_id=run.pk, question_id=question.pk)
 
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED

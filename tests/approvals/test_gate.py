@@ -22,6 +22,7 @@ from approvals.models import ApprovalRequest
 from pandaweb.demo_portal.server import PortalServer
 from sessions import services
 from sessions.models import Run
+from sessions.services import execution
 from tests.demo_portal.conftest import fetch_json
 from tests.sessions.conftest import EXAMPLE, processes_with, publish
 from workflows.models import Credential
@@ -55,7 +56,7 @@ def gated_run(operator: User, portal_server: PortalServer, portal: str) -> Run:
         user=operator,
         raw_inputs={"invoice": invoice.number, "amount": f"{invoice.amount_due:.2f}"},
     )
-    services.run_execute(run_id=run.pk)
+    execution.run_execute(run_id=run.pk)
     run.refresh_from_db()
     return run
 
@@ -115,8 +116,8 @@ def test_the_gate_holds_the_payment_until_a_reviewer_approves_then_pays_once(
         }
     ]
 
-    services.run_continue(run_id=run.pk, approval_id=approval.pk)
-    services.run_continue(run_id=run.pk, approval_id=approval.pk)  # a duplicate changes nothing
+    execution.run_continue(run_id=run.pk, approval_id=approval.pk)
+    execution.run_continue(run_id=run.pk, approval_id=approval.pk)  # a duplicate changes nothing
 
     run.refresh_from_db()
     approval.refresh_from_db()
@@ -188,7 +189,7 @@ def test_a_page_that_changed_since_approval_is_not_acted_on_but_asked_again(
         approve=True,
         evidence_sha256=approval.evidence_sha256,
     )
-    services.run_continue(run_id=run.pk, approval_id=approval.pk)
+    execution.run_continue(run_id=run.pk, approval_id=approval.pk)
 
     run.refresh_from_db()
     approval.refresh_from_db()
@@ -223,12 +224,12 @@ def _database_url() -> str:
 WORKER = """
 import time
 from approvals.models import ApprovalRequest
-from sessions import services
-services.run_execute(run_id={run})
+from sessions.services import execution
+execution.run_execute(run_id={run})
 while not ApprovalRequest.objects.filter(run_id={run}, status="approved").exists():
     time.sleep(0.1)
 approval = ApprovalRequest.objects.get(run_id={run}, status="approved")
-services.run_continue(run_id={run}, approval_id=approval.pk)
+execution.run_continue(run_id={run}, approval_id=approval.pk)
 """
 
 

@@ -8,7 +8,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from datetime import date, timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from approvals import services as approvals
 from approvals.models import ApprovalComment, ApprovalDecision, ApprovalRequest, ReviewerAbsence
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Capability, Role
+from sessions.engine.plan import Gate
 from sessions.tasks import runs_reap_task
 from tests.approvals.test_services import decide, parked
 from tests.factories import user_with_role
@@ -349,10 +349,8 @@ def test_a_request_freezes_the_reminder_and_escalation_of_its_version(
     assert run is not None
     picture = io.BytesIO()
     Image.new("RGB", (800, 600), "white").save(picture, format="PNG")
-    gate = SimpleNamespace(
-        evidence={"step_index": 2, "step_id": "pay", "action": "Click it", "target": {}},
-        screenshot=picture.getvalue(),
-        changes=[],
+    gate = Gate.of(
+        {"step_index": 2, "step_id": "pay", "action": "Click it", "target": {}}, picture.getvalue()
     )
     with django_capture_on_commit_callbacks(execute=True):
         approval = approvals.approval_open(run=run, gate=gate, previous=None)

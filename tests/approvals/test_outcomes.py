@@ -16,6 +16,7 @@ from pandaweb.audit.models import AuditEvent
 from pandaweb.demo_portal.server import PortalServer
 from sessions import services
 from sessions.models import Run, StepResult
+from sessions.services import execution
 from tests.demo_portal.conftest import fetch_json
 from tests.sessions.conftest import publish
 from workflows import services as workflow_services
@@ -59,7 +60,7 @@ def lab_run(
     }
     workflow = publish(operator, document)
     run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
-    services.run_execute(run_id=run.pk)
+    execution.run_execute(run_id=run.pk)
     run.refresh_from_db()
     return run
 
@@ -73,7 +74,7 @@ def approve_and_continue(run: Run, reviewer: User) -> tuple[Run, ApprovalRequest
         approve=True,
         evidence_sha256=approval.evidence_sha256,
     )
-    services.run_continue(run_id=run.pk, approval_id=approval.pk)
+    execution.run_continue(run_id=run.pk, approval_id=approval.pk)
     run.refresh_from_db()
     approval.refresh_from_db()
     return run, approval
@@ -499,7 +500,7 @@ def test_a_page_that_cannot_be_reached_fails_its_goto_with_the_proxy_s_words(
     )
     run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
 
-    services.run_execute(run_id=run.pk)
+    execution.run_execute(run_id=run.pk)
 
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED

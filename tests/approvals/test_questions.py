@@ -325,7 +325,7 @@ def test_the_people_who_may_answer_are_told(
     mailoutbox: list[Any],
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    from sessions.engine.runner import Question as Asked
+    from sessions.engine.plan import Question as Asked
 
     member = user_with_role(Role.REVIEWERS, username="tara", email="tara@example.test")
     member.groups.add(treasury)
@@ -375,7 +375,7 @@ def open_question(
     run: Run, *, answered_by: str = "Treasury", timeout_minutes: int = 15
 ) -> Question:
     """A question opened as the runner opens it (notifications sent once it commits)."""
-    from sessions.engine.runner import Question as Asked
+    from sessions.engine.plan import Question as Asked
 
     asked = Asked(
         step_index=2, step_id="which-supplier", text="Which supplier is meant?", answer="choice",

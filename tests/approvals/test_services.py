@@ -341,7 +341,7 @@ def test_the_runner_acts_once_the_intent_is_committed_even_if_nobody_is_told(
     operator: User, demo_workflow: Workflow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sessions.services.runstate import TransitionRefused
-    from sessions.services.writer import _Sink
+    from sessions.services.writer import RunSink
 
     approval = parked(operator, demo_workflow)
     ApprovalRequest.objects.filter(pk=approval.pk).update(
@@ -349,7 +349,7 @@ def test_the_runner_acts_once_the_intent_is_committed_even_if_nobody_is_told(
     )
     Run.objects.filter(pk=approval.run_id).update(status=Run.Status.RUNNING)
     monkeypatch.setattr("sessions.events.get_channel_layer", lambda: BrokenLayer())
-    sink = _Sink(approval.run_id)
+    sink = RunSink(approval.run_id)
     sink.approval_id = approval.pk
 
     sink.action_starting(13)  # returns: the intent is on record, the click may go ahead
@@ -361,7 +361,7 @@ def test_the_runner_acts_once_the_intent_is_committed_even_if_nobody_is_told(
         action="approval.action_started", approval_id=approval.pk
     ).exists()
     # A refused intent still stops the runner: only telling the viewers may fail quietly.
-    second = _Sink(approval.run_id)
+    second = RunSink(approval.run_id)
     second.approval_id = approval.pk
     try:
         with pytest.raises(TransitionRefused, match="already started once"):

@@ -382,7 +382,7 @@ def ask_for_a_code(launcher: User, workflow: Workflow, answered_by: str = "launc
 
     from approvals import questions
     from sessions import services
-    from sessions.engine.runner import Question as Asked
+    from sessions.engine.plan import Question as Asked
     from sessions.models import Run
     from tests.approvals.reach import INPUTS
 

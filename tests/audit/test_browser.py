@@ -40,8 +40,10 @@ from pandaweb.audit.triggers import append_only_suspended
 from pandaweb.core.roles import Role
 from sessions import services
 from sessions.engine.chromium import HEADLESS_ARGS, find_chromium
-from sessions.engine.runner import ArtifactFile, StepRecord
+from sessions.engine.plan import Gate
+from sessions.engine.steps.base import ArtifactFile, StepRecord
 from sessions.models import Run, StepResult
+from sessions.services import writer
 from tests.factories import user_with_role
 from tests.patching import patch_dispatch
 from tests.sessions.conftest import EXAMPLE, publish
@@ -125,7 +127,7 @@ def record_step(run: Run, index: int, step_id: str, sentence: str, **extra: Any)
         screenshot=picture((40 * index % 255, 120, 200)),
         **extra,
     )
-    return services.run_record_step(run_id=run.pk, record=record)
+    return writer.run_record_step(run_id=run.pk, record=record)
 
 
 def approval_evidence() -> dict[str, Any]:
@@ -158,10 +160,8 @@ def audited_run(workflow: Workflow, launcher: User, reviewer: User, files: Path)
         host="tracker.example.net", port=443, method="CONNECT", reason="not an allowed host",
         quiet=False,
     )  # fmt: skip
-    services.run_record_denial(run_id=run.pk, attempt=attempt)
-    gate = SimpleNamespace(
-        evidence=approval_evidence(), screenshot=picture((250, 250, 250), "PNG"), changes=[]
-    )
+    writer.run_record_denial(run_id=run.pk, attempt=attempt)
+    gate = Gate.of(approval_evidence(), picture((250, 250, 250), "PNG"))
     with transaction.atomic():
         locked = services.lock_run(run.pk)
         approval = approvals.approval_open(run=locked, gate=gate, previous=None)

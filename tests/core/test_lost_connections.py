@@ -26,7 +26,7 @@ from pandaweb.api.mcp_asgi import endpoint as mcp_endpoint
 from pandaweb.core.database import BUSY
 from pandaweb.core.roles import Role
 from sessions.models import Run
-from sessions.services.writer import _Heartbeat, _Sink
+from sessions.services.writer import Heartbeat, RunSink
 from tests.api.conftest import make_token
 from tests.api.test_mcp import names, offered
 from tests.core.test_database import pool_taken
@@ -162,7 +162,7 @@ class Quiet:
 def test_a_runs_heartbeat_goes_on_after_the_server_closed_its_connection() -> None:
     run = waiting_run()
     Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING)
-    heartbeat = _Heartbeat(run.pk, Quiet(), interval=0.05, beat_every=1)  # type: ignore[arg-type]
+    heartbeat = Heartbeat(run.pk, Quiet(), interval=0.05, beat_every=1)  # type: ignore[arg-type]
     heartbeat.start()
     try:
         until(lambda: Run.objects.get(pk=run.pk).heartbeat_at, "a first beat")
@@ -183,7 +183,7 @@ def test_a_runs_writer_records_an_intent_after_the_server_closed_its_connection(
         run=first.run, status=ApprovalRequest.Status.APPROVED, step_index=1
     )
     Run.objects.filter(pk=first.run_id).update(status=Run.Status.RUNNING)
-    sink = _Sink(first.run_id)
+    sink = RunSink(first.run_id)
     try:
         sink.approval_id = first.pk
         sink.action_starting(0)  # the writer's thread now has a connection

@@ -177,6 +177,26 @@ def open_invoices(portal_server: PortalServer, count: int) -> list[Any]:
     return found
 
 
+def a_run_on_record(
+    operator: User, portal_server: PortalServer, portal: str, workers: Workers
+) -> tuple[Run, str]:
+    """A gated run launched to one prefork worker, once its sandbox is on record (before the
+    browser starts): the run and its sandbox's key."""
+    workers.start(pool="prefork", concurrency=1)
+    [invoice] = open_invoices(portal_server, 1)
+    run = launch(operator, gated_workflow(operator, portal), invoice)
+    record = until(
+        lambda: (
+            (Run.objects.get(pk=run.pk).sandbox or {}).get("pending")
+            and Run.objects.get(pk=run.pk).sandbox
+        ),
+        60,
+        "the sandbox on record",
+        workers,
+    )
+    return run, record["run_key"]
+
+
 def sandbox_processes(places: dict[str, Path], run_key: str) -> list[psutil.Process]:
     """Processes of one run's sandbox: its browser and relays (named by its workdir) and its
     egress supervisor (named by its egress directory)."""

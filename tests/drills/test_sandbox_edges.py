@@ -18,6 +18,7 @@ from sessions.models import Run
 from tests.drills.conftest import (
     HOUSEKEEPING_SECONDS,
     Workers,
+    a_run_on_record,
     gated_workflow,
     launch,
     open_invoices,
@@ -91,19 +92,7 @@ def test_a_run_cancelled_while_its_worker_starts_it_leaves_nothing_running(
     places: dict[str, Path],
     workers: Workers,
 ) -> None:
-    workers.start(pool="prefork", concurrency=1)
-    [invoice] = open_invoices(portal_server, 1)
-    run = launch(operator, gated_workflow(operator, portal), invoice)
-    record = until(
-        lambda: (
-            (Run.objects.get(pk=run.pk).sandbox or {}).get("pending")
-            and Run.objects.get(pk=run.pk).sandbox
-        ),
-        60,
-        "the sandbox on record",
-        workers,
-    )
-    key = record["run_key"]
+    run, key = a_run_on_record(operator, portal_server, portal, workers)
     if moment == "while the browser starts":
         until(lambda: sandbox_processes(places, key), 30, "the sandbox starting", workers)
 

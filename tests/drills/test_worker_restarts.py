@@ -19,6 +19,7 @@ from tests.demo_portal.conftest import fetch_json
 from tests.drills.conftest import (
     HOUSEKEEPING_SECONDS,
     Workers,
+    a_run_on_record,
     gated_workflow,
     launch,
     open_invoices,
@@ -247,20 +248,8 @@ def test_a_worker_killed_while_the_browser_starts_leaves_no_browser_behind(
     places: dict[str, Path],
     workers: Workers,
 ) -> None:
-    workers.start(pool="prefork", concurrency=1)
-    [invoice] = open_invoices(portal_server, 1)
-    run = launch(operator, gated_workflow(operator, portal), invoice)
     # The sandbox is on record before the browser starts.
-    record = until(
-        lambda: (
-            (Run.objects.get(pk=run.pk).sandbox or {}).get("pending")
-            and Run.objects.get(pk=run.pk).sandbox
-        ),
-        60,
-        "the sandbox on record",
-        workers,
-    )
-    key = record["run_key"]
+    run, key = a_run_on_record(operator, portal_server, portal, workers)
     until(lambda: sandbox_processes(places, key), 30, "the sandbox starting", workers)
     workers.stop_all(signal.SIGKILL)
     workers.start(pool="threads", concurrency=1)

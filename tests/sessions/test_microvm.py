@@ -39,6 +39,7 @@ from sessions.engine.sandbox.microvm.image import GuestImage, find_image
 from sessions.engine.sandbox.workdirs import json_version
 from sessions.engine.screencast import MASK_COLOUR, BrowserTap, Frame
 from sessions.models import Run
+from sessions.services import execution
 from tests.sessions.conftest import EXAMPLE, publish
 from workflows.models import Credential
 
@@ -270,7 +271,7 @@ def test_the_demo_workflows_first_steps_run_in_a_microvm(
         raw_inputs={"invoice": invoice.number, "amount": f"{invoice.amount_due:.2f}"},
     )
 
-    services.run_execute(run_id=run.pk)
+    execution.run_execute(run_id=run.pk)
 
     run.refresh_from_db()
     steps = list(run.step_results.order_by("index"))

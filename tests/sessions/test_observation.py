@@ -11,20 +11,11 @@ from playwright.sync_api import Browser, FloatRect, Page, Route, StorageState, e
 
 from pandaweb.demo_portal.server import PortalServer, make_server
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
-from sessions.engine.observation import (
-    MASK,
-    Box,
-    Element,
-    Observation,
-    PageWatch,
-    interactive_controls,
-    observe,
-    outline_target,
-    overlay,
-    parse_snapshot,
-    take,
-    thumbnail,
-)
+from sessions.engine.aria_snapshot import parse_snapshot
+from sessions.engine.observation import Element, Observation, PageWatch, observe, take
+from sessions.engine.pictures import outline_target, overlay, thumbnail
+from sessions.engine.reading import Box, interactive_controls
+from sessions.engine.vocabulary import MASK
 
 CANARY = "CANARY-7f3a9c-do-not-leak"
 

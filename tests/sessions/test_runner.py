@@ -27,6 +27,7 @@ from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
 from sessions import services
 from sessions.engine.sandbox import namespaces
 from sessions.models import Run, RunEvent, StepResult
+from sessions.services import execution
 from tests.demo_portal.conftest import fetch_json
 from tests.sessions.conftest import EXAMPLE, processes_with, publish
 from workflows import services as workflow_services
@@ -47,7 +48,7 @@ def demo_document(portal_url: str) -> dict[str, Any]:
 
 
 def execute(run: Run) -> Run:
-    services.run_execute(run_id=run.pk)
+    execution.run_execute(run_id=run.pk)
     run.refresh_from_db()
     return run
 
@@ -364,7 +365,7 @@ def test_cancel_kills_the_browser_within_two_seconds(
         ],
     })  # fmt: skip
     run = services.run_launch(workflow_id=workflow.pk, user=operator, raw_inputs={})
-    worker = threading.Thread(target=services.run_execute, kwargs={"run_id": run.pk})
+    worker = threading.Thread(target=execution.run_execute, kwargs={"run_id": run.pk})
     worker.start()
     deadline = time.monotonic() + 60
     while not StepResult.objects.filter(run=run).exists():
@@ -444,8 +445,9 @@ class RecordingSink:
 
 def test_the_run_time_limit_expires_the_run_mid_step(portal: str, tmp_path: Path) -> None:
     from sessions.engine.egress_policy import EgressPolicy
+    from sessions.engine.plan import RunPlan
     from sessions.engine.proxy import EgressProxy
-    from sessions.engine.runner import Runner, RunPlan
+    from sessions.engine.runner import Runner
     from sessions.engine.sandbox.backends import get_backend
     from sessions.engine.sandbox.base import SandboxSpec
 
@@ -518,7 +520,7 @@ def test_a_worker_killed_mid_run_leaves_an_interrupted_run_and_no_browser(
     }
     worker = subprocess.Popen(
         [sys.executable, "manage.py", "shell", "-c",
-         f"from sessions import services; services.run_execute(run_id={run.pk})"],
+         f"from sessions.services import execution; execution.run_execute(run_id={run.pk})"],
         cwd=Path(__file__).resolve().parents[2], env=env,
     )  # fmt: skip
     deadline = time.monotonic() + 90
@@ -548,8 +550,9 @@ def test_a_read_only_step_on_an_unchanged_page_takes_no_new_evidence(
     from sessions.engine import observation as observing
     from sessions.engine import recording
     from sessions.engine.egress_policy import EgressPolicy
+    from sessions.engine.plan import RunPlan
     from sessions.engine.proxy import EgressProxy
-    from sessions.engine.runner import Runner, RunPlan
+    from sessions.engine.runner import Runner
     from sessions.engine.sandbox.backends import get_backend
     from sessions.engine.sandbox.base import SandboxSpec
 

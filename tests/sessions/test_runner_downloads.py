@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from sessions.engine.runner import Runner, RunPlan, StepFailed
+from sessions.engine.plan import RunPlan
+from sessions.engine.runner import Runner
+from sessions.engine.steps.base import StepFailed
 
 
 class GuestDownload:

@@ -14,8 +14,9 @@ from django.conf import settings
 
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
 from sessions.engine.egress_policy import EgressPolicy
+from sessions.engine.plan import HandBack, RunOutcome, RunPlan
 from sessions.engine.proxy import EgressProxy
-from sessions.engine.runner import HandBack, Runner, RunOutcome, RunPlan
+from sessions.engine.runner import Runner
 from sessions.engine.sandbox.backends import get_backend
 from sessions.engine.sandbox.base import Sandbox, SandboxSpec
 from tests.sessions.test_runner import RecordingSink

@@ -14,7 +14,8 @@ from pandaweb.demo_portal.server import PortalServer
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
 from sessions.engine import observation, recording
 from sessions.engine.driver import with_browser
-from sessions.engine.runner import Gate, Runner, RunOutcome, RunPlan
+from sessions.engine.plan import Gate, RunOutcome, RunPlan
+from sessions.engine.runner import Runner
 from tests.demo_portal.conftest import fetch_json
 
 pytestmark = pytest.mark.browser

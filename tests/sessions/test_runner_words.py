@@ -17,7 +17,10 @@ from playwright.sync_api import Locator, Page
 from pandaweb.demo_portal.server import PortalServer
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
 from sessions.engine import recording
-from sessions.engine.runner import MASK, Runner, RunOutcome, RunPlan
+from sessions.engine.locating import COVERED_BY
+from sessions.engine.plan import RunOutcome, RunPlan
+from sessions.engine.runner import Runner
+from sessions.engine.vocabulary import MASK
 
 pytestmark = pytest.mark.browser
 
@@ -171,14 +174,12 @@ def test_a_missing_target_is_named_with_the_run_s_value(
 
 def covered_by(page: Page, target: Locator, *, framed: bool = False) -> dict[str, str] | None:
     """What the runner finds over ``target``: in its own frame, then, in an iframe, on the page."""
-    from sessions.engine.runner import _COVERED_BY
-
-    found = target.evaluate(_COVERED_BY, None)
+    found = target.evaluate(COVERED_BY, None)
     if found is None and framed:
         box = target.bounding_box()
         assert box is not None
         middle = [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2]
-        found = page.evaluate(f"point => ({_COVERED_BY})(null, point)", middle)
+        found = page.evaluate(f"point => ({COVERED_BY})(null, point)", middle)
     return cast(dict[str, str] | None, found)
 
 

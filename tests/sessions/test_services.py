@@ -14,6 +14,7 @@ from django.utils import timezone
 from pandaweb.audit.models import AuditEvent
 from sessions import services
 from sessions.models import Run, StepResult
+from sessions.services import execution
 from tests.factories import ApprovalRequestFactory
 from workflows.models import Workflow
 
@@ -120,7 +121,7 @@ def test_cancelling_a_queued_run_is_final_and_idempotent(
     assert run.failure_reason == "cancelled by olivia"
     assert AuditEvent.objects.filter(action="run.cancelled").count() == 1
     # A cancelled run is never executed, even if its task arrives later.
-    services.run_execute(run_id=run.pk)
+    execution.run_execute(run_id=run.pk)
     run.refresh_from_db()
     assert run.status == Run.Status.CANCELLED
 

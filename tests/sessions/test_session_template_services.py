@@ -16,9 +16,12 @@ from django.utils import timezone
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
 from sessions import services
-from sessions.engine.runner import STALE_SESSION
+from sessions.engine.sandbox import backends
+from sessions.engine.vocabulary import STALE_SESSION
 from sessions.models import Run, SessionTemplate
+from sessions.services import baking, execution
 from tests.factories import user_with_role
+from tests.patching import patch_where_used
 from tests.sessions.conftest import publish, session_document
 from workflows import services as workflow_services
 from workflows.models import Credential, Workflow, WorkflowVersion
@@ -95,7 +98,7 @@ def test_a_second_delivery_of_the_bake_task_does_nothing(
     )
     SessionTemplate.objects.filter(pk=template.pk).update(bake_started_at=timezone.now())
 
-    again = services.template_bake(template_id=template.pk)
+    again = baking.template_bake(template_id=template.pk)
 
     assert again.status == SessionTemplate.Status.BAKING
     assert not AuditEvent.objects.filter(action="credential.used").exists()
@@ -183,10 +186,10 @@ def test_a_run_of_a_stale_template_fails_before_any_browser_starts(
     def no_sandbox(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("no sandbox may start for a stale template")
 
-    monkeypatch.setattr("sessions.engine.sandbox.backends.get_backend", no_sandbox)
+    patch_where_used(monkeypatch, backends, "get_backend", no_sandbox)
     run = services.run_launch(workflow_id=downloads.pk, user=operator, raw_inputs={})
 
-    services.run_execute(run_id=run.pk)
+    execution.run_execute(run_id=run.pk)
 
     run.refresh_from_db()
     assert (run.status, run.failure_reason) == (Run.Status.FAILED, STALE_SESSION)

@@ -21,10 +21,11 @@ from pandaweb.demo_portal.server import PortalServer
 from pandaweb.demo_portal.state import DEMO_USERNAME
 from sessions import services
 from sessions.engine.driver import with_browser
-from sessions.engine.runner import STALE_SESSION
 from sessions.engine.sandbox.base import Sandbox, SandboxSpec
 from sessions.engine.sandbox.local import LocalBackend
+from sessions.engine.vocabulary import STALE_SESSION
 from sessions.models import Run, SessionTemplate
+from sessions.services import baking, execution
 from tests.demo_portal.conftest import fetch_json
 from tests.sessions.conftest import processes_with, publish, session_document
 from workflows import services as workflow_services
@@ -48,11 +49,11 @@ def downloads(operator: User, acme_credential: Credential, portal: str) -> Workf
 def bake(workflow: Workflow, user: User | None) -> SessionTemplate:
     version = workflow.versions.get(number=1)
     requested = services.template_request_bake(version_id=version.pk, user=user, backend="local")
-    return services.template_bake(template_id=requested.pk)
+    return baking.template_bake(template_id=requested.pk)
 
 
 def execute(run: Run) -> Run:
-    services.run_execute(run_id=run.pk)
+    execution.run_execute(run_id=run.pk)
     run.refresh_from_db()
     return run
 
@@ -167,7 +168,7 @@ def test_runs_forked_from_one_template_at_once_each_start_logged_in_and_share_no
     )
 
     threads = [
-        threading.Thread(target=services.run_execute, kwargs={"run_id": r.pk})
+        threading.Thread(target=execution.run_execute, kwargs={"run_id": r.pk})
         for r in (first, second)
     ]
     for thread in threads:
@@ -326,7 +327,7 @@ def test_a_backend_that_saves_whole_vms_forks_runs_from_the_file_on_its_host(
         version_id=version.pk, user=operator, backend="saved-browser"
     )
 
-    first = services.template_bake(template_id=requested.pk)
+    first = baking.template_bake(template_id=requested.pk)
 
     assert first.status == SessionTemplate.Status.READY, first.failure_reason
     assert (first.state, first.host) == ("", socket.gethostname())
@@ -347,7 +348,7 @@ def test_a_backend_that_saves_whole_vms_forks_runs_from_the_file_on_its_host(
     again = services.template_request_bake(
         version_id=version.pk, user=operator, backend="saved-browser"
     )
-    second = services.template_bake(template_id=again.pk)
+    second = baking.template_bake(template_id=again.pk)
 
     assert second.status == SessionTemplate.Status.READY, second.failure_reason
     first.refresh_from_db()

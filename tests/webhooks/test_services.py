@@ -430,7 +430,8 @@ def test_beat_and_the_housekeeping_thread_know_the_periodic_tasks() -> None:
 def opened_request() -> ApprovalRequest:
     """A running run reaching its gate as the runner does: the request opens, the run waits."""
     from approvals.services import approval_open
-    from tests.approvals.reach import Gate, png
+    from sessions.engine.plan import Gate
+    from tests.approvals.reach import png
 
     run = ApprovalRequestFactory.create().run
     run.approvals.all().delete()
@@ -438,9 +439,7 @@ def opened_request() -> ApprovalRequest:
     evidence = {"step_index": 0, "step_id": "pay", "action": "Click the button 'Pay'", "target": {}}
     with transaction.atomic():
         locked = run_services.lock_run(run.pk)
-        approval = approval_open(
-            run=locked, gate=Gate(evidence=evidence, screenshot=png()), previous=None
-        )
+        approval = approval_open(run=locked, gate=Gate.of(evidence, png()), previous=None)
         run_services.transition(locked, Run.Status.AWAITING_APPROVAL, reason="irreversible step")
     return approval
 

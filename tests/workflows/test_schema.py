@@ -7,16 +7,15 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from sessions.engine.steps.language import Target, references
 from workflows.hosts import HostPatternError, host_allowed, parse_host_pattern
 from workflows.schema import (
     STEP_ADAPTER,
     Parameter,
-    Target,
     WorkflowDocument,
     describe_step,
     document_problems,
     irreversible_warnings,
-    references,
 )
 
 
@@ -114,7 +113,7 @@ def test_a_wait_needs_exactly_one_condition() -> None:
 
 def test_press_accepts_key_names_only() -> None:
     ok = STEP_ADAPTER.validate_python({"id": "k", "type": "press", "key": "Control+A"})
-    assert ok.key == "Control+A"  # type: ignore[union-attr]
+    assert ok.key == "Control+A"  # type: ignore[attr-defined]
     with pytest.raises(ValidationError, match="'Ctrl-A' is not a key name"):
         STEP_ADAPTER.validate_python({"id": "k", "type": "press", "key": "Ctrl-A"})
 
@@ -388,7 +387,7 @@ def test_an_ask_step_reads_as_who_is_asked_what() -> None:
 
     assert describe_step(mine) == "Ask the person who launched the run: 'The SMS code?'"
     assert describe_step(group) == "Ask Treasury: 'The SMS code?'"
-    assert mine.timeout_minutes == 10  # type: ignore[union-attr]
+    assert mine.timeout_minutes == 10  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

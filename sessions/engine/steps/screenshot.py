@@ -2,8 +2,28 @@
 
 from __future__ import annotations
 
-from sessions.engine.steps.base import Acting, StepRecord
-from workflows.schema import ScreenshotStep
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from sessions.engine.steps.base import Acting, Problem, StepBase, StepKind, StepRecord, StepScope
+from sessions.engine.steps.language import IDENTIFIER
+
+
+class ScreenshotStep(StepBase):
+    type: Literal["screenshot"]
+    label: ClassVar[str] = "Screenshot"
+    touches_page: ClassVar[bool] = False
+    in_session: ClassVar[bool] = False
+    editor_fields: ClassVar[tuple[str, ...]] = ("name", "full_page")
+    name: str = Field(pattern=IDENTIFIER)
+    full_page: bool = False
+
+    def sentence(self) -> str:
+        return f"Take a screenshot '{self.name}'"
+
+    def problems(self, here: tuple[str | int, ...], scope: StepScope) -> list[Problem]:
+        return scope.declare_output(self.name, (*here, "name"))
 
 
 def act(runner: Acting, step: ScreenshotStep, record: StepRecord, timeout: float) -> None:
@@ -16,3 +36,6 @@ def act(runner: Acting, step: ScreenshotStep, record: StepRecord, timeout: float
     )
     record.artifacts.append(runner.save_file(step.name, f"{step.name}.png", png))
     runner.outputs[step.name] = f"{step.name}.png"
+
+
+KIND = StepKind(ScreenshotStep, act)

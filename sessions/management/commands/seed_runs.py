@@ -14,8 +14,10 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 from django.utils import timezone
 
+from pandaweb.core.services import roles_sync
 from sessions.models import Run, StepResult, run_search_text
-from workflows.models import Workflow
+from workflows import services as workflow_services
+from workflows.models import Workflow, WorkflowVersion
 
 WORKFLOWS = ("Seed pay invoice", "Seed download statements", "Seed update supplier")
 STEPS = ("open", "login", "search", "fill_amount", "review", "pay", "confirm", "extract")
@@ -36,8 +38,6 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=20)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from pandaweb.core.services import roles_sync
-
         roles_sync()  # a version names its reviewer group, which must exist
         # Repeatable fake data, not secrets.
         rng = random.Random(options["seed"])  # noqa: S311
@@ -68,9 +68,7 @@ class Command(BaseCommand):
         user, _ = User.objects.get_or_create(username=name)
         return user
 
-    def _version(self, name: str, user: User) -> Any:
-        from workflows import services as workflow_services
-
+    def _version(self, name: str, user: User) -> WorkflowVersion:
         slug = name.lower().replace(" ", "-")
         workflow = Workflow.objects.filter(slug=slug).first()
         if workflow is not None:

@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from pandaweb.api.api import run_document
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
 from sessions.models import Run
@@ -88,8 +89,6 @@ class Command(BaseCommand):
         else:
             status = run.status
         if options["json"]:
-            from pandaweb.api.api import run_document
-
             self.stdout.write(json.dumps(run_document(run.pk), indent=2))
         elif options["wait"]:
             self.stdout.write(f"run {run.pk} {status}")

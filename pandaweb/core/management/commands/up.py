@@ -17,6 +17,7 @@ from pandaweb import supervisor
 from pandaweb.core.selectors import deployment_summary
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
 from sessions.services import host_queue
+from workflows.management.commands.demo_workflow import demo_workflows_aim
 
 
 def served_environment(
@@ -74,8 +75,6 @@ class Command(BaseCommand):
         portal_port = None if options["no_portal"] else options["portal_port"]
         os.environ.update(served_environment(os.environ, host, port, portal_port))
         if portal_port is not None:
-            from workflows.management.commands.demo_workflow import demo_workflows_aim
-
             # On every start: a demo workflow aimed at another port would drive whatever portal
             # listens there (someone else's, on a shared machine).
             for line in demo_workflows_aim(portal=f"127.0.0.1:{portal_port}"):

@@ -1,0 +1,68 @@
+"""Every change to workflows and credentials: one transaction, the workflow row locked, one audit
+event. Views call these and nothing else writes.
+
+By sub-area: ``drafts`` (the row lock, the draft, the document it would publish as: the bottom
+the others share), ``lifecycle`` (create, settings, archive), ``editing`` (a draft's steps,
+session template and parameters), ``publishing``, ``files`` (import and export) and
+``credentials``. The package exports their public names; what a module keeps for the package
+is imported from that module."""
+
+from __future__ import annotations
+
+from workflows.services.credentials import (
+    credential_create,
+    credential_replace_value,
+    credentials_reencrypt,
+    vault,
+)
+from workflows.services.drafts import draft_canonical_data
+from workflows.services.editing import (
+    parameter_delete,
+    parameter_save,
+    session_check_save,
+    session_remove,
+    step_delete,
+    step_duplicate,
+    step_move,
+    step_save,
+)
+from workflows.services.errors import WorkflowError
+from workflows.services.files import ImportRefused, version_export, workflow_import
+from workflows.services.lifecycle import (
+    workflow_create,
+    workflow_set_archived,
+    workflow_update_settings,
+)
+from workflows.services.publishing import (
+    DraftReview,
+    PublishRefused,
+    draft_review,
+    workflow_publish,
+)
+
+__all__ = [
+    "DraftReview",
+    "ImportRefused",
+    "PublishRefused",
+    "WorkflowError",
+    "credential_create",
+    "credential_replace_value",
+    "credentials_reencrypt",
+    "draft_canonical_data",
+    "draft_review",
+    "parameter_delete",
+    "parameter_save",
+    "session_check_save",
+    "session_remove",
+    "step_delete",
+    "step_duplicate",
+    "step_move",
+    "step_save",
+    "vault",
+    "version_export",
+    "workflow_create",
+    "workflow_import",
+    "workflow_publish",
+    "workflow_set_archived",
+    "workflow_update_settings",
+]

@@ -1,0 +1,350 @@
+"""Editing a draft: its steps (the run's and its session template's), the session template's
+check, and its launch parameters. Each change locks the workflow row and writes one audit
+event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from pydantic import ValidationError
+
+from pandaweb.audit.services import audit_record
+from sessions.engine.steps.base import StepBase
+from sessions.engine.steps.language import TEMPLATE, Target
+from workflows.models import WorkflowVersion
+from workflows.schema import SESSION_STEP_TYPES, STEP_ADAPTER, Parameter, SessionSpec
+from workflows.services.drafts import editable_draft
+from workflows.services.errors import WorkflowError
+
+
+def validate_step(data: dict[str, Any]) -> StepBase:
+    """A single step on its own; raises WorkflowError with one message list per field."""
+    try:
+        step = STEP_ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        errors: dict[str, list[str]] = {}
+        for error in exc.errors():
+            loc = [str(p) for p in error["loc"]]
+            # Drop the union tag pydantic puts first ("click", …).
+            field = loc[1] if len(loc) > 1 else (loc[0] if loc else "__all__")
+            message = str(error["msg"]).removeprefix("Value error, ")
+            if error["type"] == "missing":
+                message = "this field is required"
+            errors.setdefault(field, []).append(message)
+        raise WorkflowError("invalid step", errors) from None
+    assert isinstance(step, StepBase)
+    return step
+
+
+def _step_dump(step: StepBase) -> dict[str, Any]:
+    data = step.model_dump(mode="json", exclude_defaults=True)
+    return {"id": data.pop("id"), "type": data.pop("type"), **data}
+
+
+@transaction.atomic
+def step_save(
+    *,
+    workflow_id: int,
+    user: User,
+    data: dict[str, Any],
+    index: int | None = None,
+    session: bool = False,
+) -> WorkflowVersion:
+    """Add a step at the end (``index`` None) or replace the step at ``index`` in the draft;
+    with ``session``, in the steps of the draft's session template (created if it has none)."""
+    workflow, draft = editable_draft(workflow_id)
+    step = _step_dump(validate_step(data))
+    if session:
+        _refuse_outside_session(step)
+    steps = _steps_of(draft, session=session)
+    others = [s.get("id") for i, s in enumerate(steps) if i != index]
+    others += [s.get("id") for s in _steps_of(draft, session=not session)]
+    if step["id"] in others:
+        raise WorkflowError(
+            "duplicate id", {"id": [f"another step already has the id '{step['id']}'"]}
+        )
+    if index is None:
+        steps.append(step)
+        before = None
+        action = "workflow.step_added"
+    else:
+        _check_index(steps, index)
+        before = steps[index]
+        steps[index] = step
+        action = "workflow.step_changed"
+    _put_steps(draft, steps, session=session)
+    audit_record(
+        action=action,
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        before=before,
+        after=step,
+        extra={
+            "draft": draft.pk,
+            "position": index if index is not None else len(steps) - 1,
+            **({"session": True} if session else {}),
+        },
+    )
+    return draft
+
+
+def _steps_of(draft: WorkflowVersion, *, session: bool) -> list[dict[str, Any]]:
+    """A copy of the run's steps, or of the session template's (empty without one)."""
+    if session:
+        return list((draft.session or {}).get("steps", []))
+    return list(draft.steps)
+
+
+def _put_steps(draft: WorkflowVersion, steps: list[dict[str, Any]], *, session: bool) -> None:
+    if not session:
+        draft.steps = steps
+        draft.save(update_fields=["steps", "updated_at"])
+        return
+    draft.session = {**(draft.session or {}), "steps": steps}
+    draft.save(update_fields=["session", "updated_at"])
+
+
+def _refuse_outside_session(step: dict[str, Any]) -> None:
+    # The same rules as at publish, said where the step is typed.
+    if step["type"] not in SESSION_STEP_TYPES:
+        raise WorkflowError(
+            "not a session step",
+            {"type": [f"a session template only logs in; {step['type']} steps belong to the run"]},
+        )
+    if step.get("irreversible"):
+        raise WorkflowError(
+            "irreversible",
+            {
+                "irreversible": [
+                    "session steps run on every bake without anyone's approval; an irreversible "
+                    "step belongs to the run's steps"
+                ]
+            },
+        )
+
+
+def _check_index(items: list[Any], index: int) -> None:
+    if not 0 <= index < len(items):
+        raise WorkflowError("that step no longer exists; reload the page")
+
+
+@transaction.atomic
+def step_delete(
+    *, workflow_id: int, user: User, index: int, step_id: str, session: bool = False
+) -> WorkflowVersion:
+    """Delete the step at ``index`` (of the session template with ``session``) if it is still
+    ``step_id``.
+
+    A page loaded before someone else reordered the steps cannot delete the wrong one.
+    """
+    workflow, draft = editable_draft(workflow_id)
+    steps = _steps_of(draft, session=session)
+    _check_step(steps, index, step_id)
+    removed = steps.pop(index)
+    _put_steps(draft, steps, session=session)
+    audit_record(
+        action="workflow.step_deleted",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        before=removed,
+        extra={"draft": draft.pk, "position": index, **({"session": True} if session else {})},
+    )
+    return draft
+
+
+def _check_step(steps: list[dict[str, Any]], index: int, step_id: str) -> None:
+    _check_index(steps, index)
+    if steps[index].get("id") != step_id:
+        raise WorkflowError("the steps changed since this page was loaded; reload the page")
+
+
+@transaction.atomic
+def step_duplicate(
+    *, workflow_id: int, user: User, index: int, step_id: str, session: bool = False
+) -> WorkflowVersion:
+    """Insert a copy of a step right after it, with a fresh id (``<id>-copy``, ``-copy-2``, …)."""
+    workflow, draft = editable_draft(workflow_id)
+    steps = _steps_of(draft, session=session)
+    _check_step(steps, index, step_id)
+    taken = {s["id"] for s in steps} | {s["id"] for s in _steps_of(draft, session=not session)}
+    base = f"{step_id}-copy"[:63]
+    new_id, n = base, 2
+    while new_id in taken:
+        new_id, n = f"{base[:59]}-{n}", n + 1
+    copy = {**steps[index], "id": new_id}
+    steps.insert(index + 1, copy)
+    _put_steps(draft, steps, session=session)
+    audit_record(
+        action="workflow.step_added",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        after=copy,
+        extra={"draft": draft.pk, "position": index + 1, "copied_from": step_id},
+    )
+    return draft
+
+
+@transaction.atomic
+def step_move(
+    *,
+    workflow_id: int,
+    user: User,
+    index: int,
+    step_id: str,
+    to_index: int,
+    session: bool = False,
+) -> WorkflowVersion:
+    """Move a step to ``to_index`` (clamped to the list). Moving onto itself changes nothing."""
+    workflow, draft = editable_draft(workflow_id)
+    steps = _steps_of(draft, session=session)
+    _check_step(steps, index, step_id)
+    to_index = max(0, min(to_index, len(steps) - 1))
+    if to_index == index:
+        return draft
+    steps.insert(to_index, steps.pop(index))
+    _put_steps(draft, steps, session=session)
+    audit_record(
+        action="workflow.step_moved",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        before={"position": index},
+        after={"position": to_index},
+        extra={"draft": draft.pk, "step": step_id},
+    )
+    return draft
+
+
+@transaction.atomic
+def session_check_save(
+    *,
+    workflow_id: int,
+    user: User,
+    check_url: str,
+    logged_in: dict[str, Any],
+    rebake_every_hours: int,
+) -> WorkflowVersion:
+    """Set how the draft's session template tells a logged-in browser (creating the template,
+    without steps yet, if the draft has none). Whether the URL's host is allowed is checked with
+    the rest of the draft, at publish."""
+    workflow, draft = editable_draft(workflow_id)
+    errors: dict[str, list[str]] = {}
+    try:
+        target = Target.model_validate(logged_in).model_dump(exclude_defaults=True)
+    except ValidationError as exc:
+        errors["logged_in"] = [str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()]
+    check_url = check_url.strip()
+    if not check_url:
+        errors["check_url"] = ["say which page shows whether the browser is logged in"]
+    elif TEMPLATE.search(check_url):
+        errors["check_url"] = ["the check URL is the same for every run: it cannot use {{ … }}"]
+    bounds = SessionSpec.model_fields["rebake_every_hours"].metadata
+    low = next(b.ge for b in bounds if hasattr(b, "ge"))
+    high = next(b.le for b in bounds if hasattr(b, "le"))
+    if not low <= rebake_every_hours <= high:
+        errors["rebake_every_hours"] = [f"between {low} and {high} hours"]
+    if errors:
+        raise WorkflowError("invalid session check", errors)
+    before = {k: v for k, v in (draft.session or {}).items() if k != "steps"}
+    after = {"check_url": check_url, "logged_in": target, "rebake_every_hours": rebake_every_hours}
+    draft.session = {"steps": _steps_of(draft, session=True), **after}
+    draft.save(update_fields=["session", "updated_at"])
+    audit_record(
+        action="workflow.session_changed",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        before=before or None,
+        after=after,
+        extra={"draft": draft.pk},
+    )
+    return draft
+
+
+@transaction.atomic
+def session_remove(*, workflow_id: int, user: User) -> WorkflowVersion:
+    """Drop the draft's session template: runs of the next version log in with their own steps.
+    Idempotent."""
+    workflow, draft = editable_draft(workflow_id)
+    if draft.session is None:
+        return draft
+    before = draft.session
+    draft.session = None
+    draft.save(update_fields=["session", "updated_at"])
+    audit_record(
+        action="workflow.session_removed",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        before=before,
+        extra={"draft": draft.pk},
+    )
+    return draft
+
+
+def validate_parameter(data: dict[str, Any]) -> Parameter:
+    try:
+        return Parameter.model_validate(data)
+    except ValidationError as exc:
+        errors: dict[str, list[str]] = {}
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else "__all__"
+            errors.setdefault(field, []).append(str(error["msg"]).removeprefix("Value error, "))
+        raise WorkflowError("invalid parameter", errors) from None
+
+
+@transaction.atomic
+def parameter_save(
+    *, workflow_id: int, user: User, data: dict[str, Any], index: int | None = None
+) -> WorkflowVersion:
+    """Add (``index`` None) or replace a launch parameter of the draft."""
+    workflow, draft = editable_draft(workflow_id)
+    parameter = validate_parameter(data).model_dump(mode="json", exclude_defaults=True)
+    parameters = list(draft.parameters)
+    if parameter["name"] in [p["name"] for i, p in enumerate(parameters) if i != index]:
+        raise WorkflowError("duplicate", {"name": [f"a parameter '{parameter['name']}' exists"]})
+    before = None
+    if index is None:
+        parameters.append(parameter)
+    else:
+        _check_index(parameters, index)
+        before = parameters[index]
+        parameters[index] = parameter
+    draft.parameters = parameters
+    draft.save(update_fields=["parameters", "updated_at"])
+    audit_record(
+        action="workflow.parameter_saved",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        before=before,
+        after=parameter,
+        extra={"draft": draft.pk},
+    )
+    return draft
+
+
+@transaction.atomic
+def parameter_delete(*, workflow_id: int, user: User, index: int, name: str) -> WorkflowVersion:
+    workflow, draft = editable_draft(workflow_id)
+    parameters = list(draft.parameters)
+    _check_index(parameters, index)
+    if parameters[index].get("name") != name:
+        raise WorkflowError("the parameters changed since this page was loaded; reload the page")
+    removed = parameters.pop(index)
+    draft.parameters = parameters
+    draft.save(update_fields=["parameters", "updated_at"])
+    audit_record(
+        action="workflow.parameter_deleted",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        before=removed,
+        extra={"draft": draft.pk},
+    )
+    return draft

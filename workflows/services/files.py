@@ -1,0 +1,146 @@
+"""Workflow files: importing one as a draft (all or nothing) and exporting a published
+version."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from django.contrib.auth.models import Group, User
+from django.db import transaction
+
+from pandaweb.audit.services import audit_record
+from sessions.engine.steps.base import Problem
+from workflows.fileformat import (
+    DocumentError,
+    LocatedProblem,
+    canonical_data,
+    dump_document,
+    load_document,
+    locate,
+)
+from workflows.models import Credential, Workflow, WorkflowVersion
+from workflows.schema import (
+    APPROVAL_REACH_OPTIONS,
+    RECORDING_OPTIONS,
+    WorkflowDocument,
+    document_problems,
+)
+from workflows.services.drafts import (
+    credential_kinds,
+    draft_get_or_create,
+    identity_of,
+    lock_workflow,
+    refuse_archived,
+    settings_of,
+)
+from workflows.services.errors import WorkflowError
+from workflows.services.lifecycle import RESERVED_SLUGS
+
+
+class ImportRefused(WorkflowError):
+    def __init__(self, problems: list[LocatedProblem]) -> None:
+        super().__init__("the file was not imported")
+        self.problems = problems
+
+
+@transaction.atomic
+def workflow_import(*, user: User, text: str | bytes) -> Workflow:
+    """Make a draft from a workflow file: a new workflow, or a new draft of the one with its slug.
+
+    All or nothing: any problem refuses the whole file and nothing is saved. Credentials are
+    matched by name and must already exist.
+    """
+    try:
+        document = load_document(text)
+    except DocumentError as exc:
+        raise ImportRefused(exc.problems) from None
+    source = text.decode("utf-8") if isinstance(text, bytes) else text
+    problems = document_problems(document, credential_kinds=credential_kinds())
+    if document.slug in RESERVED_SLUGS:
+        problems.append(Problem(path=("slug",), message=f"'{document.slug}' is a reserved slug"))
+    group = Group.objects.filter(name=document.reviewer_group).first()
+    if group is None:
+        problems.append(
+            Problem(
+                path=("reviewer_group",),
+                message=f"there is no group named '{document.reviewer_group}'",
+            )
+        )
+    if problems:
+        session_steps = list(document.session.steps) if document.session else None
+        raise ImportRefused(locate(problems, source, list(document.steps), session_steps))
+    assert group is not None
+    existing = Workflow.objects.filter(slug=document.slug).first()
+    if existing is None:
+        workflow = Workflow.objects.create(
+            name=document.name, slug=document.slug, owner=user, reviewer_group=group
+        )
+        before = None
+    else:
+        workflow = lock_workflow(existing.pk)
+        refuse_archived(workflow)
+        before = {**identity_of(workflow), "settings": settings_of(workflow)}
+    data = canonical_data(document)
+    workflow.name = document.name
+    workflow.description = document.description
+    workflow.reviewer_group = group
+    workflow.allowed_hosts = list(document.settings.allowed_hosts)
+    workflow.step_budget = document.settings.step_budget
+    workflow.run_ttl_minutes = document.settings.run_ttl_minutes
+    workflow.max_concurrent_runs = document.settings.max_concurrent_runs
+    workflow.approval_quorum = document.settings.approval.quorum
+    workflow.approval_expiry_minutes = document.settings.approval.expiry_minutes
+    workflow.author_may_approve = document.settings.approval.author_may_approve
+    workflow.approval_remind_before_minutes = document.settings.approval.remind_before_minutes
+    workflow.approval_escalate_after_minutes = document.settings.approval.escalate_after_minutes
+    workflow.approval_escalation_group = document.settings.approval.escalation_group
+    workflow.approval_reach = document.settings.approval.model_dump(
+        mode="json", include=set(APPROVAL_REACH_OPTIONS), exclude_defaults=True
+    )
+    workflow.recording = document.settings.model_dump(
+        mode="json", include=set(RECORDING_OPTIONS), exclude_defaults=True
+    )
+    workflow.save()
+    workflow.credentials.set(Credential.objects.filter(name__in=document.settings.credentials))
+    draft = draft_get_or_create(workflow)
+    draft.parameters = data.get("parameters", [])
+    draft.steps = data.get("steps", [])
+    draft.session = data.get("session")
+    draft.save(update_fields=["parameters", "steps", "session", "updated_at"])
+    audit_record(
+        action="workflow.imported",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        before=before,
+        after={
+            "slug": workflow.slug,
+            "steps": len(draft.steps),
+            "parameters": len(draft.parameters),
+            **({"session_steps": len(draft.session["steps"])} if draft.session else {}),
+        },
+        extra={"draft": draft.pk, "sha256": hashlib.sha256(source.encode()).hexdigest()},
+    )
+    return workflow
+
+
+@transaction.atomic
+def version_export(
+    *, version_id: int, user: User, fmt: Literal["yaml", "json"]
+) -> tuple[WorkflowVersion, str]:
+    """The file of a published version (credentials by name only). Writes an audit event."""
+    version = WorkflowVersion.objects.select_related("workflow").get(
+        pk=version_id, status=WorkflowVersion.Status.PUBLISHED
+    )
+    document = WorkflowDocument.model_validate(version.document)
+    text = dump_document(document, fmt)
+    audit_record(
+        action="workflow.exported",
+        object_type="workflow",
+        object_id=version.workflow_id,
+        actor=user,
+        after={"version": version.number, "format": fmt},
+        extra={"version_id": version.pk, "sha256": hashlib.sha256(text.encode()).hexdigest()},
+    )
+    return version, text

@@ -1,0 +1,116 @@
+"""Publishing a draft: what stands between it and publishing (problems, warnings), and turning
+it into the next numbered, immutable version."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+from pydantic import ValidationError
+
+from pandaweb.audit.services import audit_record
+from sessions.engine.steps.assertion import CHECK_KINDS
+from sessions.engine.steps.base import Problem
+from workflows.fileformat import canonical_data
+from workflows.models import Workflow, WorkflowVersion
+from workflows.schema import STEP_TYPES, WorkflowDocument, document_problems, irreversible_warnings
+from workflows.services.drafts import (
+    content_hash,
+    credential_kinds,
+    document_data,
+    lock_workflow,
+    refuse_archived,
+)
+from workflows.services.errors import WorkflowError
+
+
+class PublishRefused(WorkflowError):
+    def __init__(self, problems: list[str], warnings: list[str]) -> None:
+        super().__init__("the draft cannot be published yet")
+        self.problems = problems
+        self.warnings = warnings
+
+
+@dataclass(frozen=True)
+class DraftReview:
+    """What stands between a draft and publishing it."""
+
+    problems: list[str]
+    warnings: list[str]
+    document: WorkflowDocument | None
+
+
+def draft_review(workflow: Workflow, draft: WorkflowVersion) -> DraftReview:
+    data = document_data(workflow, draft)
+    try:
+        document = WorkflowDocument.model_validate(data)
+    except ValidationError as exc:
+        messages = []
+        for error in exc.errors():
+            problem = Problem(
+                path=tuple(p for p in error["loc"] if p not in _TAGS),
+                message=str(error["msg"]).removeprefix("Value error, "),
+            )
+            where = problem.where(draft.steps, session_steps=(draft.session or {}).get("steps"))
+            messages.append(f"{where}: {problem.message}")
+        return DraftReview(problems=messages, warnings=[], document=None)
+    problems = document_problems(document, credential_kinds=credential_kinds())
+    if not document.steps:
+        problems.append(Problem(path=("steps",), message="a workflow needs at least one step"))
+    warnings = irreversible_warnings(list(document.steps))
+    steps = list(document.steps)
+    session_steps = list(document.session.steps) if document.session else None
+    return DraftReview(
+        problems=[f"{p.where(steps, session_steps=session_steps)}: {p.message}" for p in problems],
+        warnings=[f"{w.where(steps)}: {w.message}" for w in warnings],
+        document=document,
+    )
+
+
+# The discriminator values pydantic puts in an error's location (not a key of the document).
+_TAGS = frozenset((*STEP_TYPES, *CHECK_KINDS))
+
+
+@transaction.atomic
+def workflow_publish(
+    *, workflow_id: int, user: User, message: str, accept_warnings: bool = False
+) -> WorkflowVersion:
+    """Turn the draft into the next numbered, immutable version.
+
+    Refused while the draft has problems, and while it has warnings (a click that reads like
+    "pay" but is not irreversible) unless ``accept_warnings``. Not idempotent: publishing twice
+    needs a new draft in between (there is none right after publishing).
+    """
+    workflow = lock_workflow(workflow_id)
+    refuse_archived(workflow)
+    draft = workflow.versions.filter(status=WorkflowVersion.Status.DRAFT).first()
+    if draft is None:
+        raise WorkflowError("there is no draft to publish; change something first")
+    message = message.strip()
+    if not message:
+        raise WorkflowError("message", {"message": ["say what changed in this version"]})
+    review = draft_review(workflow, draft)
+    if review.problems or (review.warnings and not accept_warnings):
+        raise PublishRefused(review.problems, review.warnings)
+    assert review.document is not None
+    number = (workflow.versions.aggregate(top=Max("number"))["top"] or 0) + 1
+    draft.status = WorkflowVersion.Status.PUBLISHED
+    draft.number = number
+    draft.document = canonical_data(review.document)
+    draft.content_hash = content_hash(review.document)
+    draft.author = user
+    draft.message = message
+    draft.published_at = timezone.now()
+    draft.save()
+    audit_record(
+        action="workflow.published",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        after={"version": number, "content_hash": draft.content_hash, "message": message},
+        extra={"version_id": draft.pk, "accepted_warnings": review.warnings},
+    )
+    return draft
