@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,10 @@ sys.path.insert(0, str(ROOT))
 
 from pandaweb.demo_portal.server import PortalServer, make_server  # noqa: E402
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME, PortalState  # noqa: E402
-from sessions.engine.proxy import EgressPolicy, EgressProxy  # noqa: E402
-from sessions.engine.sandbox import Sandbox, SandboxSpec  # noqa: E402
+from sessions.engine.config import EngineConfig  # noqa: E402
+from sessions.engine.egress_policy import EgressPolicy  # noqa: E402
+from sessions.engine.proxy import EgressProxy  # noqa: E402
+from sessions.engine.sandbox.base import Sandbox, SandboxSpec  # noqa: E402
 from sessions.engine.sandbox.local import LocalBackend  # noqa: E402
 
 EXAMPLE = ROOT / "workflows" / "examples" / "acme-pay-invoice.yaml"
@@ -42,6 +44,22 @@ EXAMPLE_HOST = "127.0.0.1:8001"
 # Everything before the irreversible step 14 (submit-payment).
 BEFORE_PAYING = 13
 CREDENTIAL = "acme-portal"
+
+
+# The engine's settings ---------------------------------------------------------------------------
+
+
+def engine_config(**fields: Any) -> EngineConfig:
+    """The engine's defaults for a benchmark run without Django, with ``fields`` and with the
+    Chromium and the guest images the operator named where pandaweb's settings look for them
+    (``PANDAWEB_CHROMIUM``, ``PANDAWEB_MICROVM_IMAGE_DIR``)."""
+    default = EngineConfig()
+    images = os.environ.get("PANDAWEB_MICROVM_IMAGE_DIR", "").strip()
+    named: dict[str, Any] = {
+        "chromium": os.environ.get("PANDAWEB_CHROMIUM", "").strip(),
+        "microvm_image_dir": Path(images).expanduser() if images else default.microvm_image_dir,
+    }
+    return replace(default, **{**named, **fields})
 
 
 # Statistics --------------------------------------------------------------------------------------

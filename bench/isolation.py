@@ -28,6 +28,7 @@ from _harness import (
     BEFORE_PAYING,
     demo_workflow,
     egress_proxy,
+    engine_config,
     load_line,
     portal,
     portal_host,
@@ -36,7 +37,7 @@ from _harness import (
 
 from sessions.engine.plan import RunPlan, SessionCheck
 from sessions.engine.runner import Runner
-from sessions.engine.sandbox import Sandbox, SandboxSpec
+from sessions.engine.sandbox.base import Sandbox, SandboxSpec
 from sessions.engine.sandbox.local import LocalBackend
 from sessions.engine.sandbox.microvm.backend import MicroVMBackend
 
@@ -138,10 +139,10 @@ def main() -> int:
         check = SessionCheck(url=f"http://{host}/", logged_in={"text": "Open invoices"})
         login = [s for s in steps if s["id"] in LOGIN_STEPS]
         after_login = [s for s in steps if s["id"] not in LOGIN_STEPS]
-        plain = LocalBackend(root=root, namespaces="off")
-        namespaced = LocalBackend(root=root, namespaces="on")
-        microvm = MicroVMBackend(root, pool_size=0)
-        cold = MicroVMBackend(root, restore=False, pool_size=0)
+        plain = LocalBackend(engine_config(sandbox_dir=Path(root), local_namespaces="off"))
+        namespaced = LocalBackend(engine_config(sandbox_dir=Path(root), local_namespaces="on"))
+        microvm = MicroVMBackend(engine_config(sandbox_dir=Path(root), microvm_pool=0))
+        cold = MicroVMBackend(engine_config(sandbox_dir=Path(root), microvm_pool=0), restore=False)
         print(f"microVM accelerator: {microvm.accelerator.label} ({microvm.accelerator.reason})")
 
         with egress_proxy(host) as proxy:

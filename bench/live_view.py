@@ -47,10 +47,11 @@ ensure_local_files()
 django.setup()
 
 from channels.layers import get_channel_layer  # noqa: E402
+from django.conf import settings  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from pandaweb.browser import HEADLESS_ARGS, find_chromium  # noqa: E402
 from sessions.consumers import frame_message  # noqa: E402
+from sessions.engine.chromium import HEADLESS_ARGS, find_chromium  # noqa: E402
 from sessions.events import run_feed_group, run_live_group  # noqa: E402
 from sessions.layer import layer_send, receive_group_on_this_loop  # noqa: E402
 from sessions.live import LiveFeed  # noqa: E402
@@ -160,7 +161,7 @@ def main() -> int:
     parser.add_argument("--fps", type=float, default=5.0, help="the viewer's frame rate")
     args = parser.parse_args()
 
-    binary = find_chromium()
+    binary = find_chromium(settings.ENGINE_CONFIG.chromium)
     if binary is None:
         print("no Chromium on this machine")
         return 1

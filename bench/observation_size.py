@@ -40,11 +40,11 @@ from playwright.sync_api import Page, Route, sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _harness import load_line  # noqa: E402
+from _harness import engine_config, load_line  # noqa: E402
 
-from pandaweb.browser import HEADLESS_ARGS, find_chromium  # noqa: E402
 from pandaweb.demo_portal.server import make_server  # noqa: E402
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME  # noqa: E402
+from sessions.engine.chromium import HEADLESS_ARGS, find_chromium  # noqa: E402
 from sessions.engine.observation import PageWatch, observe, take  # noqa: E402
 from sessions.engine.reading import interactive_controls  # noqa: E402
 
@@ -197,7 +197,9 @@ def main() -> None:
         sync_playwright() as playwright,
     ):
         browser = playwright.chromium.launch(
-            executable_path=find_chromium(), args=list(HEADLESS_ARGS), headless=True
+            executable_path=find_chromium(engine_config().chromium),
+            args=list(HEADLESS_ARGS),
+            headless=True,
         )
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         page = context.new_page()

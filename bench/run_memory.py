@@ -36,6 +36,7 @@ import psutil
 from _harness import (
     demo_workflow,
     egress_proxy,
+    engine_config,
     load_line,
     portal,
     portal_host,
@@ -179,7 +180,7 @@ def concurrent(counts: list[int], interval: float) -> None:
     ):
         host = portal_host(server)
         workflow = demo_workflow(host, steps=None)
-        backend = LocalBackend(root=sandboxes)
+        backend = LocalBackend(engine_config(sandbox_dir=Path(sandboxes)))
         with egress_proxy(host) as proxy:
             for n in counts:
                 at_once(n, workflow, backend, proxy, Path(files), interval)
@@ -279,7 +280,7 @@ def main() -> int:
     ):
         host = portal_host(server)
         workflow = demo_workflow(host, steps=None)
-        backend = LocalBackend(root=sandboxes)
+        backend = LocalBackend(engine_config(sandbox_dir=Path(sandboxes)))
         with egress_proxy(host) as proxy:
             for i in range(args.runs):
                 with sandbox(backend, proxy) as box:

@@ -38,6 +38,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -320,7 +321,7 @@ def main() -> int:
         from sessions.engine.sandbox.local import LocalBackend
 
         files = Path(settings.RUN_FILES_DIR)
-        backend = LocalBackend(root=sandboxes)
+        backend = LocalBackend(replace(settings.ENGINE_CONFIG, sandbox_dir=Path(sandboxes)))
         if args.profile:
             install_profiling()
         dense = Workflow(

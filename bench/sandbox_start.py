@@ -25,7 +25,10 @@ from pathlib import Path
 # Run as a plain script: make the project importable without installing it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sessions.engine.sandbox import SandboxSpec, namespaces
+from _harness import engine_config
+
+from sessions.engine.sandbox import namespaces
+from sessions.engine.sandbox.base import SandboxSpec
 from sessions.engine.sandbox.local import LocalBackend
 
 MODES = {"off": "plain (process group only)", "on": "namespaced"}
@@ -51,7 +54,10 @@ def main() -> int:
     wall: dict[str, list[float]] = {mode: [] for mode in modes}
     destroy: dict[str, list[float]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="pandaweb-bench-") as root:
-        backends = {mode: LocalBackend(root=root, namespaces=mode) for mode in modes}
+        backends = {
+            mode: LocalBackend(engine_config(sandbox_dir=Path(root), local_namespaces=mode))
+            for mode in modes
+        }
         # A bound socket that never listens: nothing is loaded during the benchmark anyway, and
         # no stray request can leave the machine.
         with socket.socket() as dead:

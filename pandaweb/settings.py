@@ -18,6 +18,12 @@ import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from pandaweb.localfiles import CREDENTIAL_KEYS_FILE, SECRET_KEY_FILE, VAPID_KEY_FILE
+from sessions.engine.config import (
+    ACCELERATORS,
+    MICROVM_MIN_MEMORY_MIB,
+    NAMESPACE_MODES,
+    EngineConfig,
+)
 from workflows.vault import check_key
 
 # Lets generic admin and queryset annotations (ModelAdmin[Run]) work at run time.
@@ -67,6 +73,47 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ImproperlyConfigured(f"{name}={value!r} must be one of: {', '.join(choices)}")
     return value
+
+
+def env_absolute_path(name: str, default: Path) -> Path:
+    raw = env_str(name)
+    if not raw:
+        return default
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        # Relative to what? The worker, the web process and a shell each have their own cwd.
+        raise ImproperlyConfigured(f"{name}={raw!r} must be an absolute path")
+    return path
+
+
+def engine_config() -> EngineConfig:
+    """The engine's settings from the environment, starting from the engine's own defaults.
+
+    The engine reads no environment itself: this is the one place its variables are read.
+    """
+    default = EngineConfig()
+    return EngineConfig(
+        sandbox_dir=Path(env_str("PANDAWEB_SANDBOX_DIR", str(default.sandbox_dir))),
+        chromium=env_str("PANDAWEB_CHROMIUM", default.chromium),
+        local_namespaces=env_choice(
+            "PANDAWEB_LOCAL_NAMESPACES", default.local_namespaces, NAMESPACE_MODES
+        ),
+        microvm_image_dir=env_absolute_path(
+            "PANDAWEB_MICROVM_IMAGE_DIR", default.microvm_image_dir
+        ),
+        microvm_accelerator=env_choice(
+            "PANDAWEB_MICROVM_ACCEL", default.microvm_accelerator, ACCELERATORS
+        ),
+        microvm_memory_mib=env_int(
+            "PANDAWEB_MICROVM_MEMORY_MIB",
+            default.microvm_memory_mib,
+            minimum=MICROVM_MIN_MEMORY_MIB,
+        ),
+        microvm_pool=env_int("PANDAWEB_MICROVM_POOL", default.microvm_pool, minimum=0),
+        pandastack_template=env_str("PANDAWEB_PANDASTACK_TEMPLATE", default.pandastack_template),
+        pandastack_api=env_str("PANDASTACK_API", default.pandastack_api),
+        pandastack_api_key=env_str("PANDASTACK_API_KEY", default.pandastack_api_key),
+    )
 
 
 # Run threads and the web server share one file: wait for the write lock instead of failing at
@@ -424,12 +471,9 @@ EMAIL_BACKEND = env_str("PANDAWEB_EMAIL_BACKEND", "django.core.mail.backends.con
 SANDBOX_BACKEND = env_choice(
     "PANDAWEB_SANDBOX_BACKEND", "local", ("local", "microvm", "pandastack")
 )
-# The backends read these themselves (they run without Django); checked here so that a typo
-# fails at start-up rather than at the first run.
-LOCAL_NAMESPACES = env_choice("PANDAWEB_LOCAL_NAMESPACES", "auto", ("auto", "on", "off"))
-MICROVM_ACCELERATOR = env_choice("PANDAWEB_MICROVM_ACCEL", "auto", ("auto", "kvm", "tcg"))
-MICROVM_MEMORY_MIB = env_int("PANDAWEB_MICROVM_MEMORY_MIB", 1024, minimum=256)
-MICROVM_POOL = env_int("PANDAWEB_MICROVM_POOL", 0, minimum=0)
+# What the sandbox backends and the browser need (the sandbox directory, the Chromium, the
+# namespaces, the microVMs, PandaStack): handed to the engine, which reads no environment.
+ENGINE_CONFIG = engine_config()
 # Screenshots, observations and downloads of runs; served only through permission checks.
 RUN_FILES_DIR = Path(env_str("PANDAWEB_RUN_FILES_DIR", str(DATA_DIR / "runs")))
 # A run whose worker has not reported for this long is marked interrupted by the reaper.

@@ -14,9 +14,9 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 from pytest_django.fixtures import Settings
 
-from pandaweb.browser import HEADLESS_ARGS, find_chromium
 from pandaweb.core.roles import Role
 from pandaweb.demo_portal.server import PortalServer, make_server
+from sessions.engine.chromium import HEADLESS_ARGS, find_chromium
 from tests.factories import user_with_role
 
 # Test modules import the ASGI application; as the embedded worker it would run housekeeping
@@ -35,7 +35,9 @@ def playwright_instance() -> Iterator[Playwright]:
 def browser(playwright_instance: Playwright) -> Iterator[Browser]:
     """A real headless Chromium (the system one), shared by the session's browser tests."""
     browser = playwright_instance.chromium.launch(
-        executable_path=find_chromium(), args=list(HEADLESS_ARGS), headless=True
+        executable_path=find_chromium(settings.ENGINE_CONFIG.chromium),
+        args=list(HEADLESS_ARGS),
+        headless=True,
     )
     yield browser
     browser.close()

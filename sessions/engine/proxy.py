@@ -1,16 +1,16 @@
 """The per-run egress proxy: default deny, allowlisted hosts only (no Django imports).
 
 A run's browser sends every request through one ``EgressProxy``. The proxy asks an
-``EgressPolicy`` about each destination before it opens any connection, connects to exactly the
-address the policy vetted (so a second DNS answer cannot swap it), and reports every refusal
-through ``on_denied`` so the run page can show what the page tried to reach.
+``EgressPolicy`` (``sessions.engine.egress_policy``) about each destination before it opens any
+connection, connects to exactly the address the policy vetted (so a second DNS answer cannot swap
+it), and reports every refusal through ``on_denied`` so the run page can show what the page tried
+to reach.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import re
 import socket
@@ -22,20 +22,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import urlsplit
 
-from workflows.hosts import HostPattern, host_allowed, normalize_host, parse_host_pattern
+from sessions.engine.egress_policy import EgressDenied, EgressPolicy, hostport
+from workflows.hosts import host_allowed, normalize_host, parse_host_pattern
 
 logger = logging.getLogger(__name__)
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-Resolver = Callable[[str, int], list[str]]
-
 MAX_HEADER_BYTES = 64 * 1024
 
-# Chromium's own calls home are switched off at the source (pandaweb.browser's flags and managed
-# policy); what a backend without the policy still sends (sign-in probes, say) is expected noise:
-# audited, but counted on the run page instead of listed.
+# Chromium's own calls home are switched off at the source (sessions.engine.chromium's flags and
+# managed policy); what a backend without the policy still sends (sign-in probes, say) is
+# expected noise: audited, but counted on the run page instead of listed.
 DEFAULT_QUIET_HOSTS: tuple[str, ...] = (
     "google.com",
     "*.google.com",
@@ -47,19 +44,6 @@ DEFAULT_QUIET_HOSTS: tuple[str, ...] = (
     "*.chromium.org",
 )
 
-# Cloud metadata services hand out credentials to whoever asks from inside the machine; no
-# workflow has a reason to reach them, so no allowlist entry can open them.
-METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
-    {
-        ipaddress.ip_address("169.254.169.254"),  # AWS, GCP, Azure, OpenStack
-        ipaddress.ip_address("169.254.170.2"),  # AWS ECS task credentials
-        ipaddress.ip_address("fd00:ec2::254"),  # AWS over IPv6
-        ipaddress.ip_address("100.100.100.200"),  # Alibaba Cloud
-    }
-)
-
-_LABEL = r"(?!-)[a-z0-9_-]{1,63}(?<!-)"
-_HOSTNAME = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 _HOP_BY_HOP = frozenset(
@@ -74,189 +58,6 @@ _HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-
-
-# ---------------------------------------------------------------------------------------------
-# Policy
-
-
-@dataclass(frozen=True)
-class Decision:
-    allowed: bool
-    reason: str
-
-
-class EgressDenied(Exception):
-    def __init__(self, decision: Decision) -> None:
-        super().__init__(decision.reason)
-        self.decision = decision
-
-
-def getaddrinfo_resolver(host: str, port: int) -> list[str]:
-    """Every address the system resolver returns for ``host``, in its order, without duplicates."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses: list[str] = []
-    for info in infos:
-        address = str(info[4][0])
-        if address not in addresses:
-            addresses.append(address)
-    return addresses
-
-
-def parse_ip_literal(host: str) -> IPAddress | None:
-    """The address ``host`` spells, or None when it is a name.
-
-    Anything the C library would take as an IPv4 address counts (``2130706433``, ``0x7f.1``,
-    ``127.1``, ``0177.0.0.1``): a browser or an HTTP library may connect to it as such, so the
-    policy must not mistake it for a name that merely failed to match.
-    """
-    text = normalize_host(host)
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        pass
-    if not text or not text.isascii() or any(ch.isspace() for ch in text):
-        return None
-    try:
-        packed = socket.inet_aton(text)
-    except OSError:
-        return None
-    return ipaddress.IPv4Address(packed)
-
-
-class EgressPolicy:
-    """Decides whether a run may open a connection to ``host:port``.
-
-    Names are judged before they are resolved, so a name outside the allowlist never reaches a
-    DNS server (a lookup alone can leak data). Allowed names must resolve to public addresses only,
-    which stops DNS rebinding onto the machine's own network; internal services are reached by
-    allowlisting their IP literally.
-    """
-
-    def __init__(
-        self,
-        allowed: Sequence[str | HostPattern],
-        *,
-        resolver: Resolver = getaddrinfo_resolver,
-    ) -> None:
-        self.patterns: list[HostPattern] = [
-            p if isinstance(p, HostPattern) else parse_host_pattern(p) for p in allowed
-        ]
-        self._resolver = resolver
-
-    def decide(self, host: str, port: int) -> Decision:
-        decision, _ = self._evaluate(host, port)
-        return decision
-
-    def resolve_for_connect(self, host: str, port: int) -> str:
-        """The address to connect to for ``host:port``; raises ``EgressDenied`` if refused.
-
-        The proxy connects to this address rather than to the name, so the address that was
-        vetted is the one reached.
-        """
-        decision, addresses = self._evaluate(host, port)
-        if not decision.allowed:
-            raise EgressDenied(decision)
-        return addresses[0]
-
-    def _evaluate(self, host: str, port: int) -> tuple[Decision, list[str]]:
-        name = normalize_host(host)
-        if not name:
-            return _deny("the request names no host"), []
-        if not 1 <= port <= 65535:
-            return _deny(f"port {port} is not a valid port"), []
-        ip = parse_ip_literal(name)
-        if ip is not None:
-            return self._evaluate_ip(ip, port), [str(ip)]
-        if not _HOSTNAME.match(name):
-            return _deny(f"{name!r} is not a valid host name"), []
-        if not host_allowed(name, port, self.patterns):
-            return _deny(f"{name} is not in this workflow's allowed hosts"), []
-        return self._evaluate_resolved(name, port)
-
-    def _evaluate_ip(self, ip: IPAddress, port: int) -> Decision:
-        never = _never_reachable(ip)
-        if never:
-            return _deny(never)
-        for pattern in self.patterns:
-            if pattern.wildcard or pattern.port not in (None, port):
-                continue
-            if parse_ip_literal(pattern.host) == ip:
-                return Decision(True, f"{_hostport(str(ip), port)} is in the allowed hosts")
-        return _deny(f"raw IP address {ip} is not in the allowed hosts")
-
-    def _evaluate_resolved(self, name: str, port: int) -> tuple[Decision, list[str]]:
-        try:
-            raw = self._resolver(name, port)
-        except (OSError, UnicodeError, ValueError) as exc:
-            return _deny(f"{name} could not be resolved ({exc})"), []
-        addresses: list[IPAddress] = []
-        for text in raw:
-            try:
-                addresses.append(ipaddress.ip_address(text))
-            except ValueError:
-                return _deny(f"{name} resolved to {text!r}, which is not an IP address"), []
-        if not addresses:
-            return _deny(f"{name} did not resolve to any address"), []
-        explicit_localhost = name == "localhost" and any(
-            p.host == "localhost" and not p.wildcard for p in self.patterns
-        )
-        for ip in addresses:
-            never = _never_reachable(ip)
-            if never:
-                return _deny(f"{name} resolves to {ip}: {never}"), []
-            unwrapped = _unwrap(ip)
-            if explicit_localhost and unwrapped.is_loopback:
-                continue
-            internal = _internal_kind(unwrapped)
-            if internal:
-                return _deny(
-                    f"{name} resolves to {ip}, a {internal} address; internal addresses are "
-                    "reachable only when allowlisted by IP"
-                ), []
-        reason = f"{_hostport(name, port)} is in the allowed hosts"
-        return Decision(True, reason), [str(ip) for ip in addresses]
-
-
-def _deny(reason: str) -> Decision:
-    return Decision(False, reason)
-
-
-def _hostport(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _unwrap(ip: IPAddress) -> IPAddress:
-    # ::ffff:169.254.169.254 reaches the same socket as 169.254.169.254 on a dual-stack host.
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    return ip
-
-
-def _never_reachable(ip: IPAddress) -> str | None:
-    unwrapped = _unwrap(ip)
-    if unwrapped.is_link_local:
-        return f"{ip} is a link-local address (cloud metadata) and is never reachable"
-    if ip in METADATA_ADDRESSES or unwrapped in METADATA_ADDRESSES:
-        return f"{ip} is a cloud metadata address and is never reachable"
-    return None
-
-
-def _internal_kind(ip: IPAddress) -> str | None:
-    if ip.is_unspecified:
-        return "unspecified"
-    if ip.is_loopback:
-        return "loopback"
-    if ip.is_multicast:
-        return "multicast"
-    if ip.is_reserved:
-        return "reserved"
-    if ip.is_private:
-        return "private"
-    if not ip.is_global:
-        # e.g. 100.64.0.0/10 (carrier-grade NAT): not public, so not for a rebound name either.
-        return "non-public"
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -501,9 +302,7 @@ class EgressProxy:
             )
         except (OSError, TimeoutError) as exc:
             detail = "timed out" if isinstance(exc, TimeoutError) else str(exc) or repr(exc)
-            await _send_error(
-                writer, 502, f"could not connect to {_hostport(host, port)}: {detail}"
-            )
+            await _send_error(writer, 502, f"could not connect to {hostport(host, port)}: {detail}")
             return
         upstreams.append(up_writer)
         self._writers.add(up_writer)
@@ -604,7 +403,7 @@ class EgressProxy:
             logging.DEBUG if quiet else logging.INFO,
             "egress refused: %s %s: %s",
             method,
-            _hostport(normalize_host(host), port),
+            hostport(normalize_host(host), port),
             reason,
         )
         attempt = DeniedAttempt(
@@ -705,7 +504,7 @@ def _origin_request(
     # The origin sees the host that was vetted, whatever Host header the client sent.
     lines = [
         f"{method} {path} HTTP/1.1",
-        f"Host: {_bracket(host) if port == 80 else _hostport(host, port)}",
+        f"Host: {_bracket(host) if port == 80 else hostport(host, port)}",
     ]
     for name, value in headers:
         lower = name.lower()
@@ -795,33 +594,3 @@ async def _send_error(writer: asyncio.StreamWriter, status: int, message: str) -
     with contextlib.suppress(ConnectionError, RuntimeError):
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("ascii") + body)
         await asyncio.wait_for(writer.drain(), 5)
-
-
-# ---------------------------------------------------------------------------------------------
-# Chromium
-
-
-def chromium_proxy_args(proxy_url: str) -> list[str]:
-    """Chromium switches that send all of the browser's traffic through ``proxy_url``.
-
-    Each switch was checked against Chromium 156 with a loopback portal, a loopback sink and a
-    page that also loads an unlisted IP, an unlisted name and opens a WebRTC connection.
-    """
-    proxy_host = _bracket(urlsplit(proxy_url).hostname or "")
-    return [
-        f"--proxy-server={proxy_url}",
-        # Chromium never proxies localhost/127.0.0.0/8/[::1] unless told so; "<-loopback>" removes
-        # that implicit bypass. Without it the loopback portal was fetched directly (the proxy
-        # counted no request), so a page could reach the machine's own services unchecked.
-        "--proxy-bypass-list=<-loopback>",
-        # HTTP/3 runs over UDP, which an HTTP proxy does not carry.
-        "--disable-quic",
-        # Proxied names are handed to the proxy unresolved anyway; this is the second line: any
-        # connection that would skip the proxy fails to resolve, IP literals included (with the
-        # loopback bypass left on, the unlisted 127.0.0.9 still got nothing). The rule covers
-        # IP literals, so the proxy's own address must be excluded or nothing loads.
-        f"--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE {proxy_host}",
-        # WebRTC sends STUN/TURN over UDP straight to the network: without this switch a page's
-        # RTCPeerConnection sent UDP packets to an unlisted address around the proxy.
-        "--webrtc-ip-handling-policy=disable_non_proxied_udp",
-    ]

@@ -15,15 +15,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from sessions import selectors
+from sessions.engine.egress_policy import EgressPolicy
 from sessions.engine.plan import RunPlan, SessionCheck
-from sessions.engine.proxy import EgressPolicy, EgressProxy
+from sessions.engine.proxy import EgressProxy
 from sessions.engine.runner import Runner
-from sessions.engine.sandbox.backends import get_backend
 from sessions.engine.sandbox.base import SandboxError, SandboxSpec
 from sessions.engine.vocabulary import MASK, PUBLIC_CREDENTIAL_FIELDS, STALE_SESSION
 from sessions.models import Run, SessionTemplate
 from sessions.services.credentials import credentials_open
 from sessions.services.records import event_append, lock_run
+from sessions.services.sandboxes import sandbox_backend
 from sessions.services.templates import (
     T,
     TemplateError,
@@ -96,7 +97,7 @@ def _bake(template: SessionTemplate, *, run_id: int | None) -> _Capture:
     ttl = run_settings.run_ttl_minutes * 60
     names = sorted(set(run_settings.credentials) & credentials_used(session["steps"]))
     try:
-        backend = get_backend(template.backend)
+        backend = sandbox_backend(template.backend)
     except SandboxError as exc:
         raise _BakeFailed(str(exc)) from None
     snapshot = getattr(backend, "snapshot", None)

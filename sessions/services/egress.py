@@ -13,11 +13,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
-from sessions.engine.sandbox.base import default_root
 from sessions.engine.sandbox.egress import SPOOL_FILE, Egress, read_spool, start
 from sessions.engine.sandbox.workdirs import ensure_root
 from sessions.models import Run
@@ -27,7 +27,7 @@ from sessions.services.records import event_append, lock_run
 def egress_root() -> Path:
     """Where egress supervisors keep their state: beside the sandboxes, on their host (and out
     of the browser's sight: a namespaced browser sees none of the sandbox root)."""
-    return default_root().absolute() / "egress"
+    return settings.ENGINE_CONFIG.sandbox_dir.absolute() / "egress"
 
 
 def egress_dir(run_key: str) -> Path:

@@ -18,7 +18,6 @@ from approvals.services import approval_open, approval_void_pending
 from sessions.engine.driver import Connection, connect_timeout_ms
 from sessions.engine.plan import Answer, RunPlan, SessionCheck, secret_targets, secret_values_of
 from sessions.engine.runner import Runner
-from sessions.engine.sandbox.backends import get_backend
 from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.engine.sandbox.egress import Egress, EgressError
 from sessions.live import Filmstrip, LiveFeed
@@ -34,7 +33,7 @@ from sessions.services.runstate import (
     sandbox_run_key,
     transition,
 )
-from sessions.services.sandboxes import sandbox_alive
+from sessions.services.sandboxes import sandbox_alive, sandbox_backend
 from sessions.services.templates import template_mark_stale
 from sessions.services.writer import Heartbeat, RunSink, worker_name
 from workflows.schema import credentials_used
@@ -95,7 +94,7 @@ def run_execute(*, run_id: int) -> None:
         proxy = egress_start(
             run_key=run_key, allowed_hosts=version.settings_model.allowed_hosts, deadline=deadline
         )
-        backend = get_backend(run.sandbox_backend)
+        backend = sandbox_backend(run.sandbox_backend)
         spec = SandboxSpec(
             run_key=run_key,
             proxy_url=proxy.url,
@@ -460,7 +459,7 @@ def _wait_for_people(run: Run, expires_at: datetime, sandbox: Any, proxy: Any) -
     remaining = max(0.0, run.deadline_at.timestamp() - time.time()) if run.deadline_at else 0.0
     waits_until = expires_at.timestamp() + remaining + 60
     try:
-        get_backend(sandbox.backend).extend(sandbox, waits_until)
+        sandbox_backend(sandbox.backend).extend(sandbox, waits_until)
     except SandboxError as exc:
         run_fail_waiting(run_id=run.pk, reason=f"the browser was lost while waiting: {exc}")
         return False

@@ -21,7 +21,6 @@ from approvals.services import approval_void_pending
 from pandaweb.audit.services import audit_record
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
-from sessions.engine.sandbox import default_root
 from sessions.engine.sandbox.local import reap_orphans
 from sessions.events import publish_queue_changed
 from sessions.models import Run, StepResult
@@ -329,12 +328,12 @@ def sandbox_reap_orphans(*, grace: timedelta = timedelta(seconds=30)) -> list[st
     under another key, while something of the old start survived. ``grace`` spares what is
     younger (a destroy already under way)."""
 
-    return reap_orphans() + _reap_unowned(grace)
+    return reap_orphans(settings.ENGINE_CONFIG.sandbox_dir) + _reap_unowned(grace)
 
 
 def _reap_unowned(grace: timedelta) -> list[str]:
     own_key = re.compile(rf"run-(\d+)-{installation_tag()}[0-9a-f]{{8}}")
-    root = default_root().absolute()
+    root = settings.ENGINE_CONFIG.sandbox_dir.absolute()
     settled_before = time.time() - grace.total_seconds()
     found: dict[str, int] = {}
     for place in (root, egress_root()):

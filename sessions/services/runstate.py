@@ -23,6 +23,8 @@ from django.utils import timezone
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_chain_lock, audit_record
 from pandaweb.core.dispatch import dispatch, task_named
+from sessions.engine.sandbox._proc import RECORD_FILE, read_pgid, remove_workdir, stop_browser
+from sessions.engine.sandbox.base import Sandbox
 from sessions.events import publish_queue_changed
 from sessions.models import Run
 from sessions.services.egress import drain_locked, egress_finish
@@ -30,6 +32,7 @@ from sessions.services.records import (
     event_append,
     recover_completed_actions_locked,
 )
+from sessions.services.sandboxes import sandbox_backend
 from sessions.signals import run_transitioned
 from workflows.models import Workflow, WorkflowVersion
 
@@ -244,8 +247,6 @@ def destroy_sandbox(data: dict[str, Any]) -> None:
     while the sandbox starts (``pending``), in which case its workdir is found by run key.
     Idempotent.
     """
-    from sessions.engine.sandbox import Sandbox, get_backend
-
     host = str(data.get("host") or socket.gethostname())
     if host != socket.gethostname():
         task_named("runs.destroy_sandbox").apply_async(
@@ -257,7 +258,7 @@ def destroy_sandbox(data: dict[str, Any]) -> None:
             _destroy_pending(data)
         else:
             sandbox = Sandbox.from_dict(data)
-            get_backend(sandbox.backend).destroy(sandbox)
+            sandbox_backend(sandbox.backend).destroy(sandbox)
     except Exception:  # a sandbox that is already gone must not stop a cancel
         logger.exception("destroying sandbox %s failed", data.get("run_key"))
     try:
@@ -268,10 +269,7 @@ def destroy_sandbox(data: dict[str, Any]) -> None:
 
 def _destroy_pending(data: dict[str, Any]) -> None:
     """A sandbox recorded before its backend returned (its starter died): found by run key."""
-    from sessions.engine.sandbox import Sandbox, get_backend
-    from sessions.engine.sandbox._proc import RECORD_FILE, read_pgid, remove_workdir, stop_browser
-
-    backend = get_backend(str(data.get("backend", "")))
+    backend = sandbox_backend(str(data.get("backend", "")))
     root = getattr(backend, "root", None)
     key = str(data.get("run_key", ""))
     if root is None or not key or "/" in key or key.startswith("."):

@@ -1,4 +1,5 @@
-"""Whether a run's recorded sandbox can still serve it: its egress supervisor and its browser."""
+"""The installation's sandbox backends, and whether a run's recorded sandbox can still serve it
+(its egress supervisor and its browser)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,18 @@ import os
 import socket
 from typing import Any
 
+from django.conf import settings
+
 from sessions.engine.sandbox.backends import get_backend
-from sessions.engine.sandbox.base import Sandbox, SandboxError
+from sessions.engine.sandbox.base import Sandbox, SandboxBackend, SandboxError
 from sessions.engine.sandbox.egress import Egress
+
+
+def sandbox_backend(name: str) -> SandboxBackend:
+    """The backend ``name``, configured by ``settings.ENGINE_CONFIG``: the one way the run core
+    gets a backend, so every process of a host finds the same sandboxes. Raises
+    ``SandboxError`` for a name no backend has."""
+    return get_backend(name, settings.ENGINE_CONFIG)
 
 
 def sandbox_alive(record: dict[str, Any], *, quick: bool = False) -> str:
@@ -32,7 +42,7 @@ def sandbox_alive(record: dict[str, Any], *, quick: bool = False) -> str:
         return ""
     try:
         sandbox = Sandbox.from_dict(record)
-        if not get_backend(sandbox.backend).alive(sandbox):
+        if not sandbox_backend(sandbox.backend).alive(sandbox):
             return "its browser stopped"
     except SandboxError as exc:
         return str(exc)

@@ -19,9 +19,9 @@ from django.utils import timezone
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from pandaweb.core.dispatch import dispatch, task_named
-from sessions.engine.sandbox.backends import get_backend
 from sessions.models import SessionTemplate
 from sessions.services.runstate import host_queue
+from sessions.services.sandboxes import sandbox_backend
 from workflows.models import WorkflowVersion
 from workflows.services import vault
 
@@ -82,7 +82,7 @@ def _template_audit(
 
 
 def snapshots_whole_vm(backend: str) -> bool:
-    return callable(getattr(get_backend(backend), "snapshot", None))
+    return callable(getattr(sandbox_backend(backend), "snapshot", None))
 
 
 def template_request_bake(

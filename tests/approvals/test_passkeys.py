@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connections, transaction
 from playwright.sync_api import Browser, Page, sync_playwright
@@ -19,9 +20,9 @@ from pytest_django.live_server_helper import LiveServer
 from approvals import passkeys
 from approvals import services as approvals
 from approvals.models import ApprovalRequest
-from pandaweb.browser import HEADLESS_ARGS, find_chromium
 from pandaweb.core.roles import Role
 from pandaweb.reviewers.models import Passkey, StepUpChallenge
+from sessions.engine.chromium import HEADLESS_ARGS, find_chromium
 from tests.approvals.reach import background, open_request, reach_workflow
 from tests.factories import PASSWORD, user_with_role
 from workflows.models import Workflow
@@ -53,7 +54,9 @@ def chromium(django_db_setup: None) -> Iterator[Browser]:
     with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
         patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         browser = playwright.chromium.launch(
-            executable_path=find_chromium(), args=list(HEADLESS_ARGS), headless=True
+            executable_path=find_chromium(settings.ENGINE_CONFIG.chromium),
+            args=list(HEADLESS_ARGS),
+            headless=True,
         )
         yield browser
         browser.close()

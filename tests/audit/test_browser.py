@@ -22,6 +22,7 @@ from urllib.parse import unquote
 import pytest
 import time_machine
 import yaml
+from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db import connection, transaction
 from django.test import Client
@@ -36,9 +37,9 @@ from pandaweb.audit.bundles import EXPORTED_ACTION, run_bundle_to_file
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from pandaweb.audit.triggers import append_only_suspended
-from pandaweb.browser import HEADLESS_ARGS, find_chromium
 from pandaweb.core.roles import Role
 from sessions import services
+from sessions.engine.chromium import HEADLESS_ARGS, find_chromium
 from sessions.engine.plan import Gate
 from sessions.engine.steps.base import ArtifactFile, StepRecord
 from sessions.models import Run, StepResult
@@ -710,7 +711,9 @@ def test_the_summary_page_opens_offline_with_its_pictures(
     # runs an event loop in this thread while it is open).
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
-            executable_path=find_chromium(), args=list(HEADLESS_ARGS), headless=True
+            executable_path=find_chromium(settings.ENGINE_CONFIG.chromium),
+            args=list(HEADLESS_ARGS),
+            headless=True,
         )
         context = browser.new_context(offline=True)
         context.on("request", lambda request: requested.append(request.url))

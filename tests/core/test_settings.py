@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from pandaweb.settings import database_from_url, env_bool, env_choice, env_int, redis_url
+from pandaweb.settings import (
+    database_from_url,
+    engine_config,
+    env_bool,
+    env_choice,
+    env_int,
+    redis_url,
+)
+from sessions.engine.config import EngineConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 # A well-formed Fernet key, used only to satisfy the settings in a subprocess.
@@ -139,6 +147,76 @@ def test_it_refuses_an_unknown_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 
     with pytest.raises(ImproperlyConfigured, match="must be one of: thread, celery"):
         env_choice("PANDAWEB_MODE", "thread", ("thread", "celery"))
+
+
+ENGINE_VARIABLES = (
+    "PANDAWEB_SANDBOX_DIR",
+    "PANDAWEB_CHROMIUM",
+    "PANDAWEB_LOCAL_NAMESPACES",
+    "PANDAWEB_MICROVM_IMAGE_DIR",
+    "PANDAWEB_MICROVM_ACCEL",
+    "PANDAWEB_MICROVM_MEMORY_MIB",
+    "PANDAWEB_MICROVM_POOL",
+    "PANDAWEB_PANDASTACK_TEMPLATE",
+    "PANDASTACK_API",
+    "PANDASTACK_API_KEY",
+)
+
+
+def test_the_engine_gets_its_own_defaults_when_nothing_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ENGINE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+    assert engine_config() == EngineConfig()
+
+
+def test_the_engine_config_is_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PANDAWEB_SANDBOX_DIR", str(tmp_path / "sandboxes"))
+    monkeypatch.setenv("PANDAWEB_CHROMIUM", "/opt/chromium/chrome")
+    monkeypatch.setenv("PANDAWEB_LOCAL_NAMESPACES", "off")
+    monkeypatch.setenv("PANDAWEB_MICROVM_IMAGE_DIR", str(tmp_path / "images"))
+    monkeypatch.setenv("PANDAWEB_MICROVM_ACCEL", "tcg")
+    monkeypatch.setenv("PANDAWEB_MICROVM_MEMORY_MIB", "2048")
+    monkeypatch.setenv("PANDAWEB_MICROVM_POOL", "2")
+    monkeypatch.setenv("PANDAWEB_PANDASTACK_TEMPLATE", "chromium-large")
+    monkeypatch.setenv("PANDASTACK_API", "http://localhost:8080")
+    monkeypatch.setenv("PANDASTACK_API_KEY", "pds_key")
+
+    assert engine_config() == EngineConfig(
+        sandbox_dir=tmp_path / "sandboxes",
+        chromium="/opt/chromium/chrome",
+        local_namespaces="off",
+        microvm_image_dir=tmp_path / "images",
+        microvm_accelerator="tcg",
+        microvm_memory_mib=2048,
+        microvm_pool=2,
+        pandastack_template="chromium-large",
+        pandastack_api="http://localhost:8080",
+        pandastack_api_key="pds_key",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "message"),
+    [
+        ("PANDAWEB_LOCAL_NAMESPACES", "sometimes", "must be one of: auto, on, off"),
+        ("PANDAWEB_MICROVM_ACCEL", "hvf", "must be one of: auto, kvm, tcg"),
+        ("PANDAWEB_MICROVM_MEMORY_MIB", "128", "must be at least 256"),
+        ("PANDAWEB_MICROVM_POOL", "-1", "must be at least 0"),
+        ("PANDAWEB_MICROVM_IMAGE_DIR", "var/images", "must be an absolute path"),
+    ],
+)
+def test_a_bad_engine_setting_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, name: str, raw: str, message: str
+) -> None:
+    monkeypatch.setenv(name, raw)
+
+    with pytest.raises(ImproperlyConfigured, match=f"{name}='{raw}' {message}"):
+        engine_config()
 
 
 def test_it_parses_a_postgres_url_into_a_bounded_pool_with_a_connect_timeout() -> None:

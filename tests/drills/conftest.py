@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,8 @@ def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     """Run files and sandboxes where the test process and the workers both find them."""
     found = {"runs": tmp_path / "runs", "sandboxes": tmp_path / "sandboxes"}
     monkeypatch.setattr(settings, "RUN_FILES_DIR", found["runs"])
-    monkeypatch.setenv("PANDAWEB_SANDBOX_DIR", str(found["sandboxes"]))
+    engine = replace(settings.ENGINE_CONFIG, sandbox_dir=found["sandboxes"])
+    monkeypatch.setattr(settings, "ENGINE_CONFIG", engine)
     return found
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from django.conf import settings
 from django.contrib.auth.models import User
 
 from pandaweb.core.roles import Role
@@ -95,10 +96,12 @@ def session_document(portal_url: str) -> dict[str, Any]:
 @pytest.fixture
 def cdp_url(portal: str, tmp_path: Path) -> Iterator[str]:
     """A local sandbox's browser, allowed to reach the portal only, for the runner alone."""
-    from sessions.engine.proxy import EgressPolicy, EgressProxy
-    from sessions.engine.sandbox import SandboxSpec, get_backend
+    from sessions.engine.egress_policy import EgressPolicy
+    from sessions.engine.proxy import EgressProxy
+    from sessions.engine.sandbox.backends import get_backend
+    from sessions.engine.sandbox.base import SandboxSpec
 
-    backend = get_backend("local")
+    backend = get_backend("local", settings.ENGINE_CONFIG)
     with EgressProxy(
         EgressPolicy([portal.removeprefix("http://")]), on_denied=lambda attempt: None
     ) as proxy:

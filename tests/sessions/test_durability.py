@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,8 @@ INPUTS = {"invoice": "INV-1001", "amount": "1,250.00"}
 
 
 @pytest.fixture(autouse=True)
-def sandboxes_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("PANDAWEB_SANDBOX_DIR", str(tmp_path / "sandboxes"))
+def sandboxes_in_tmp(settings: Any, tmp_path: Path) -> None:
+    settings.ENGINE_CONFIG = replace(settings.ENGINE_CONFIG, sandbox_dir=tmp_path / "sandboxes")
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,13 +23,17 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 import yaml
+from django.conf import settings
 from django.contrib.auth.models import User
 from playwright.sync_api import Error as PlaywrightError
 
 from pandaweb.demo_portal.server import PortalServer, make_server
 from sessions import services
-from sessions.engine.proxy import EgressPolicy, EgressProxy
-from sessions.engine.sandbox import Sandbox, SandboxSpec, cdp_gate
+from sessions.engine.config import EngineConfig
+from sessions.engine.egress_policy import EgressPolicy
+from sessions.engine.proxy import EgressProxy
+from sessions.engine.sandbox import cdp_gate
+from sessions.engine.sandbox.base import Sandbox, SandboxSpec
 from sessions.engine.sandbox.microvm.backend import MicroVMBackend
 from sessions.engine.sandbox.microvm.image import GuestImage, find_image
 from sessions.engine.sandbox.workdirs import json_version
@@ -51,7 +56,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def guest_image() -> GuestImage:
-    image = find_image()
+    image = find_image(settings.ENGINE_CONFIG.microvm_image_dir)
     # Not a skip: CI builds the image before this group, so a missing one is a failure to see.
     assert image is not None, "no guest image: run `python manage.py microvm_image` first"
     return image
@@ -82,9 +87,15 @@ def sandbox_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def microvm_config(sandbox_root: Path, **fields: Any) -> EngineConfig:
+    """The settings' microVM configuration (image directory, accelerator, memory: what the
+    operator running the group set), with the test's own sandbox root."""
+    return replace(settings.ENGINE_CONFIG, sandbox_dir=sandbox_root, **fields)
+
+
 @pytest.fixture
 def backend(guest_image: GuestImage, sandbox_root: Path) -> MicroVMBackend:
-    return MicroVMBackend(sandbox_root)
+    return MicroVMBackend(microvm_config(sandbox_root))
 
 
 @pytest.fixture
@@ -178,6 +189,7 @@ def test_destroy_leaves_no_qemu_behind(backend: MicroVMBackend, proxy: EgressPro
 
 def test_the_ttl_kills_a_vm_whose_worker_was_killed(sandbox_root: Path, proxy: EgressProxy) -> None:
     project = Path(__file__).resolve().parents[2]
+    config = microvm_config(sandbox_root)
     worker = subprocess.Popen(
         [
             sys.executable,
@@ -185,10 +197,18 @@ def test_the_ttl_kills_a_vm_whose_worker_was_killed(sandbox_root: Path, proxy: E
             textwrap.dedent(
                 f"""
                 import sys, time
+                from pathlib import Path
                 sys.path.insert(0, {str(project)!r})
-                from sessions.engine.sandbox import SandboxSpec
+                from sessions.engine.config import EngineConfig
+                from sessions.engine.sandbox.base import SandboxSpec
                 from sessions.engine.sandbox.microvm.backend import MicroVMBackend
-                sandbox = MicroVMBackend({str(sandbox_root)!r}).create(
+                config = EngineConfig(
+                    sandbox_dir=Path({str(config.sandbox_dir)!r}),
+                    microvm_image_dir=Path({str(config.microvm_image_dir)!r}),
+                    microvm_accelerator={config.microvm_accelerator!r},
+                    microvm_memory_mib={config.microvm_memory_mib!r},
+                )
+                sandbox = MicroVMBackend(config).create(
                     SandboxSpec(run_key="vm-orphan", proxy_url={proxy.url!r}, ttl_seconds=25)
                 )
                 print(sandbox.workdir, flush=True)
@@ -233,11 +253,10 @@ def test_the_demo_workflows_first_steps_run_in_a_microvm(
     tmp_path: Path,
     guest_image: GuestImage,
     sandbox_root: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings.SANDBOX_BACKEND = "microvm"
     settings.RUN_FILES_DIR = tmp_path / "runs"
-    monkeypatch.setenv("PANDAWEB_SANDBOX_DIR", str(sandbox_root))
+    settings.ENGINE_CONFIG = replace(settings.ENGINE_CONFIG, sandbox_dir=sandbox_root)
     document = yaml.safe_load(EXAMPLE.read_text().replace("127.0.0.1:8001", portal[7:]))
     # Log in (a credential typed into the guest's browser) and see the signed-in dashboard: the
     # part of the demo that matters for isolation. Each further step would add minutes of
@@ -422,7 +441,7 @@ def template_state(
     proxy = EgressProxy(EgressPolicy([portal.removeprefix("http://")]), on_denied=lambda _: None)
     proxy.start()
     try:
-        bake(MicroVMBackend(root), proxy, portal, root / "template.state")
+        bake(MicroVMBackend(microvm_config(root)), proxy, portal, root / "template.state")
     finally:
         proxy.stop()
     return root / "template.state"
@@ -486,7 +505,7 @@ def test_a_fork_of_a_template_whose_portal_session_ended_wakes_up_logged_out(
 def test_the_warm_pool_hands_each_restored_vm_to_one_run_only(
     guest_image: GuestImage, sandbox_root: Path, proxy: EgressProxy
 ) -> None:
-    backend = MicroVMBackend(sandbox_root, pool_size=1)
+    backend = MicroVMBackend(microvm_config(sandbox_root, microvm_pool=1))
     pool = backend._pool(guest_image, (1280, 900))
 
     def idle() -> list[str]:

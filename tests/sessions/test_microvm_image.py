@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import gzip
 import hashlib
@@ -19,15 +20,15 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from pandaweb.browser import HEADLESS_ARGS, MANAGED_POLICY, MANAGED_POLICY_NAME
-from sessions.engine.sandbox.microvm import image
+from sessions.engine.chromium import HEADLESS_ARGS, MANAGED_POLICY, MANAGED_POLICY_NAME
+from sessions.engine.sandbox.microvm import image, image_build, kernel, recipe
 
-ARTIFACTS = (image.KERNEL_FILE, image.INITRD_FILE, image.ROOTFS_FILE)
+ARTIFACTS = (recipe.KERNEL_FILE, recipe.INITRD_FILE, recipe.ROOTFS_FILE)
 
 
 def make_image(root: Path, key: str | None = None, payload: bytes = b"artifact") -> Path:
     """A complete image as build_image leaves it (tiny fake artifacts)."""
-    key = key or image.current_key()
+    key = key or recipe.current_key()
     directory = root / key[:16]
     directory.mkdir(parents=True)
     sizes = {}
@@ -42,10 +43,10 @@ def make_image(root: Path, key: str | None = None, payload: bytes = b"artifact")
 def fake_assemble(
     workdir: Path, *, guest: Any, progress: Any, keep_fds: tuple[int, ...]
 ) -> dict[str, Any]:
-    progress(f"[1/{image.STEPS}] pretend to build …")
+    progress(f"[1/{recipe.STEPS}] pretend to build …")
     for name in ARTIFACTS:
         (workdir / name).write_bytes(name.encode() * 10)
-    (workdir / image.LOG_FILE).write_text("pretend log\n")
+    (workdir / recipe.LOG_FILE).write_text("pretend log\n")
     return {"chromium_version": "Chromium 1.2.3", "kernel_version": "6.1.0-test-cloud-amd64"}
 
 
@@ -56,8 +57,8 @@ def must_not_run(*args: Any, **kwargs: Any) -> Any:
 @pytest.fixture
 def guest_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     copy = tmp_path / "guest"
-    shutil.copytree(image.GUEST_DIR, copy)
-    monkeypatch.setattr(image, "GUEST_DIR", copy)
+    shutil.copytree(recipe.GUEST_DIR, copy)
+    monkeypatch.setattr(recipe, "GUEST_DIR", copy)
     return copy
 
 
@@ -69,36 +70,36 @@ def root(tmp_path: Path) -> Path:
 @pytest.fixture
 def fake_build(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(image, "_check_host", lambda: None)
-    monkeypatch.setattr(image, "_assemble", fake_assemble)
+    monkeypatch.setattr(image, "assemble", fake_assemble)
 
 
 # --- the key ----------------------------------------------------------------------------------
 
 
 def test_the_key_is_a_stable_sha256() -> None:
-    key = image.current_key()
-    assert key == image.current_key()
+    key = recipe.current_key()
+    assert key == recipe.current_key()
     assert len(key) == 64
     int(key, 16)
 
 
 def test_the_key_changes_when_a_guest_file_changes(guest_copy: Path) -> None:
-    before = image.current_key()
+    before = recipe.current_key()
     script = guest_copy / "pandaweb-control"
     script.write_text(script.read_text() + "\n# edited\n")
-    assert image.current_key() != before
+    assert recipe.current_key() != before
 
 
 def test_the_key_changes_when_a_guest_file_loses_its_exec_bit(guest_copy: Path) -> None:
-    before = image.current_key()
+    before = recipe.current_key()
     (guest_copy / "init").chmod(0o644)
-    assert image.current_key() != before
+    assert recipe.current_key() != before
 
 
 def test_the_key_changes_when_a_guest_file_is_added(guest_copy: Path) -> None:
-    before = image.current_key()
+    before = recipe.current_key()
     (guest_copy / "pandaweb-extra").write_text("#!/bin/sh\n")
-    assert image.current_key() != before
+    assert recipe.current_key() != before
 
 
 @pytest.mark.parametrize(
@@ -107,40 +108,18 @@ def test_the_key_changes_when_a_guest_file_is_added(guest_copy: Path) -> None:
         ("SUITE", "trixie"),
         ("MIRROR", "http://mirror.example/debian"),
         ("SECURITY_MIRROR", "http://mirror.example/debian-security"),
-        ("PACKAGES", (*image.PACKAGES, "curl")),
+        ("PACKAGES", (*recipe.PACKAGES, "curl")),
         ("KERNEL_PACKAGE", "linux-image-amd64"),
-        ("MODULES", image.MODULES[:-1]),
-        ("BUILDER_VERSION", image.BUILDER_VERSION + 1),
+        ("MODULES", recipe.MODULES[:-1]),
+        ("BUILDER_VERSION", recipe.BUILDER_VERSION + 1),
     ],
 )
 def test_the_key_changes_with_the_recipe(
     monkeypatch: pytest.MonkeyPatch, name: str, value: object
 ) -> None:
-    before = image.current_key()
-    monkeypatch.setattr(image, name, value)
-    assert image.current_key() != before
-
-
-# --- where images live ------------------------------------------------------------------------
-
-
-def test_images_live_under_var_microvm_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PANDAWEB_MICROVM_IMAGE_DIR", raising=False)
-    project = Path(__file__).resolve().parents[2]
-    assert image.image_root() == project / "var" / "microvm"
-
-
-def test_the_image_dir_comes_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("PANDAWEB_MICROVM_IMAGE_DIR", str(tmp_path))
-    assert image.image_root() == tmp_path
-
-
-def test_it_refuses_a_relative_image_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PANDAWEB_MICROVM_IMAGE_DIR", "var/images")
-    with pytest.raises(ValueError, match="absolute"):
-        image.image_root()
+    before = recipe.current_key()
+    monkeypatch.setattr(recipe, name, value)
+    assert recipe.current_key() != before
 
 
 # --- finding an image -------------------------------------------------------------------------
@@ -150,11 +129,11 @@ def test_it_finds_a_complete_image(root: Path) -> None:
     directory = make_image(root)
     found = image.find_image(root)
     assert found is not None
-    assert found.key == image.current_key()
+    assert found.key == recipe.current_key()
     assert found.directory == directory
-    assert found.kernel == directory / image.KERNEL_FILE
-    assert found.initrd == directory / image.INITRD_FILE
-    assert found.rootfs == directory / image.ROOTFS_FILE
+    assert found.kernel == directory / recipe.KERNEL_FILE
+    assert found.initrd == directory / recipe.INITRD_FILE
+    assert found.rootfs == directory / recipe.ROOTFS_FILE
     assert found.manifest["chromium_version"] == "Chromium 1.2.3"
 
 
@@ -175,19 +154,19 @@ def test_an_image_without_its_manifest_does_not_count(root: Path) -> None:
 
 
 def test_an_image_of_other_inputs_does_not_count(root: Path) -> None:
-    make_image(root, key=image.current_key()[:16] + "0" * 48)
+    make_image(root, key=recipe.current_key()[:16] + "0" * 48)
     assert image.find_image(root) is None
 
 
 def test_a_truncated_artifact_does_not_count(root: Path) -> None:
     directory = make_image(root)
-    (directory / image.ROOTFS_FILE).write_bytes(b"")
+    (directory / recipe.ROOTFS_FILE).write_bytes(b"")
     assert image.find_image(root) is None
 
 
 def test_a_missing_artifact_does_not_count(root: Path) -> None:
     directory = make_image(root)
-    (directory / image.KERNEL_FILE).unlink()
+    (directory / recipe.KERNEL_FILE).unlink()
     assert image.find_image(root) is None
 
 
@@ -198,7 +177,7 @@ def test_a_cached_image_is_returned_without_building(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(image, "_check_host", must_not_run)
-    monkeypatch.setattr(image, "_assemble", must_not_run)
+    monkeypatch.setattr(image, "assemble", must_not_run)
     directory = make_image(root)
     lines: list[str] = []
     built = image.build_image(root, progress=lines.append)
@@ -211,14 +190,14 @@ def test_a_build_publishes_a_complete_image_with_its_manifest(root: Path) -> Non
     lines: list[str] = []
     built = image.build_image(root, progress=lines.append)
 
-    key = image.current_key()
+    key = recipe.current_key()
     assert built.key == key
     assert built.directory == root / key[:16]
     assert sorted(path.name for path in root.iterdir()) == [image.LOCK_FILE, key[:16]]
     manifest = json.loads((built.directory / image.MANIFEST_FILE).read_text())
     assert manifest == built.manifest
     assert manifest["key"] == key
-    assert manifest["inputs"]["packages"] == list(image.PACKAGES)
+    assert manifest["inputs"]["packages"] == list(recipe.PACKAGES)
     assert manifest["chromium_version"] == "Chromium 1.2.3"
     assert manifest["kernel_version"] == "6.1.0-test-cloud-amd64"
     assert manifest["sizes"] == {
@@ -229,7 +208,7 @@ def test_a_build_publishes_a_complete_image_with_its_manifest(root: Path) -> Non
     assert set(manifest["sha256"]) == {"kernel", "initrd", "rootfs"}
     assert isinstance(manifest["build_seconds"], float)
     assert stat.S_IMODE(built.rootfs.stat().st_mode) == 0o644
-    assert lines[0] == f"[1/{image.STEPS}] pretend to build …"
+    assert lines[0] == f"[1/{recipe.STEPS}] pretend to build …"
     assert lines[-1].startswith(f"image {key[:16]} ready in ")
     assert image.find_image(root) == built
 
@@ -246,7 +225,7 @@ def test_a_forced_build_replaces_the_image(root: Path) -> None:
 @pytest.mark.usefixtures("fake_build")
 def test_a_damaged_image_is_rebuilt(root: Path) -> None:
     directory = make_image(root)
-    (directory / image.INITRD_FILE).write_bytes(b"")
+    (directory / recipe.INITRD_FILE).write_bytes(b"")
     built = image.build_image(root, progress=lambda line: None)
     assert built.initrd.stat().st_size > 0
     assert image.find_image(root) == built
@@ -275,17 +254,17 @@ def test_a_failed_build_leaves_no_image_and_keeps_its_log(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def failing_assemble(workdir: Path, **kwargs: Any) -> dict[str, Any]:
-        (workdir / image.KERNEL_FILE).write_bytes(b"half")
-        (workdir / image.LOG_FILE).write_text("debootstrap said no\n")
-        raise image.ImageBuildError("debootstrap failed", command=["debootstrap"], output="E: no")
+        (workdir / recipe.KERNEL_FILE).write_bytes(b"half")
+        (workdir / recipe.LOG_FILE).write_text("debootstrap said no\n")
+        raise recipe.ImageBuildError("debootstrap failed", command=["debootstrap"], output="E: no")
 
     monkeypatch.setattr(image, "_check_host", lambda: None)
-    monkeypatch.setattr(image, "_assemble", failing_assemble)
+    monkeypatch.setattr(image, "assemble", failing_assemble)
 
-    with pytest.raises(image.ImageBuildError) as caught:
+    with pytest.raises(recipe.ImageBuildError) as caught:
         image.build_image(root, progress=lambda line: None)
 
-    name = image.current_key()[:16]
+    name = recipe.current_key()[:16]
     assert sorted(path.name for path in root.iterdir()) == [
         image.LOCK_FILE,
         f"{name}.failed.log",
@@ -300,11 +279,11 @@ def test_an_interrupted_build_leaves_no_partial_directory(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def interrupted(workdir: Path, **kwargs: Any) -> dict[str, Any]:
-        (workdir / image.KERNEL_FILE).write_bytes(b"half")
+        (workdir / recipe.KERNEL_FILE).write_bytes(b"half")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(image, "_check_host", lambda: None)
-    monkeypatch.setattr(image, "_assemble", interrupted)
+    monkeypatch.setattr(image, "assemble", interrupted)
     with pytest.raises(KeyboardInterrupt):
         image.build_image(root, progress=lambda line: None)
     assert [path.name for path in root.iterdir()] == [image.LOCK_FILE]
@@ -317,8 +296,8 @@ def test_an_os_error_during_a_build_becomes_a_build_error(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(image, "_check_host", lambda: None)
-    monkeypatch.setattr(image, "_assemble", disk_full)
-    with pytest.raises(image.ImageBuildError, match="No space left on device"):
+    monkeypatch.setattr(image, "assemble", disk_full)
+    with pytest.raises(recipe.ImageBuildError, match="No space left on device"):
         image.build_image(root, progress=lambda line: None)
     assert not list(root.glob("*.partial-*"))
 
@@ -328,12 +307,12 @@ def test_a_build_missing_an_artifact_is_not_published(
 ) -> None:
     def forgetful(workdir: Path, **kwargs: Any) -> dict[str, Any]:
         info = fake_assemble(workdir, **kwargs)
-        (workdir / image.ROOTFS_FILE).unlink()
+        (workdir / recipe.ROOTFS_FILE).unlink()
         return info
 
     monkeypatch.setattr(image, "_check_host", lambda: None)
-    monkeypatch.setattr(image, "_assemble", forgetful)
-    with pytest.raises(image.ImageBuildError, match=r"left no rootfs\.squashfs"):
+    monkeypatch.setattr(image, "assemble", forgetful)
+    with pytest.raises(recipe.ImageBuildError, match=r"left no rootfs\.squashfs"):
         image.build_image(root, progress=lambda line: None)
     assert image.find_image(root) is None
     assert not list(root.glob("*.partial-*"))
@@ -343,7 +322,7 @@ def test_a_builder_that_waited_returns_the_other_builders_image(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(image, "_check_host", lambda: None)
-    monkeypatch.setattr(image, "_assemble", must_not_run)
+    monkeypatch.setattr(image, "assemble", must_not_run)
     root.mkdir()
     other = os.open(root / image.LOCK_FILE, os.O_RDWR | os.O_CREAT)
     fcntl.flock(other, fcntl.LOCK_EX)
@@ -361,7 +340,7 @@ def test_a_builder_that_waited_returns_the_other_builders_image(
     built = image.build_image(root, progress=lines.append)
     thread.join()
 
-    assert built.directory == root / image.current_key()[:16]
+    assert built.directory == root / recipe.current_key()[:16]
     assert lines[0] == "another guest image build is running; waiting for it …"
     assert lines[1].startswith(f"image {built.directory.name} was built meanwhile")
 
@@ -374,14 +353,14 @@ def test_it_refuses_a_progress_that_is_not_callable(root: Path) -> None:
 def test_it_refuses_a_root_that_is_a_file(tmp_path: Path) -> None:
     file = tmp_path / "file"
     file.write_text("")
-    with pytest.raises(image.ImageBuildError, match="not a directory"):
+    with pytest.raises(recipe.ImageBuildError, match="not a directory"):
         image.build_image(file, progress=lambda line: None)
 
 
 def test_it_refuses_to_build_without_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(image.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(image.os, "geteuid", lambda: 1000)
-    with pytest.raises(image.ImageBuildError, match="needs root"):
+    with pytest.raises(recipe.ImageBuildError, match="needs root"):
         image._check_host()
 
 
@@ -391,7 +370,7 @@ def test_it_names_the_packages_of_missing_tools(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(
         image.shutil, "which", lambda tool: None if tool in {"lz4", "mksquashfs"} else tool
     )
-    with pytest.raises(image.ImageBuildError) as caught:
+    with pytest.raises(recipe.ImageBuildError) as caught:
         image._check_host()
     assert "lz4 (package lz4)" in str(caught.value)
     assert "mksquashfs (package squashfs-tools)" in str(caught.value)
@@ -399,8 +378,8 @@ def test_it_names_the_packages_of_missing_tools(monkeypatch: pytest.MonkeyPatch)
 
 def test_a_failing_command_reports_itself_and_its_last_lines(tmp_path: Path) -> None:
     with (tmp_path / "log").open("w") as log:
-        build = image._Build(tmp_path, log, progress=lambda line: None, keep_fds=())
-        with pytest.raises(image.ImageBuildError) as caught:
+        build = image_build._Build(tmp_path, log, progress=lambda line: None, keep_fds=())
+        with pytest.raises(recipe.ImageBuildError) as caught:
             build.run(["sh", "-c", "for i in $(seq 1 40); do echo line $i; done; exit 3"])
     message = str(caught.value)
     assert message.startswith("sh failed with exit status 3\n")
@@ -415,7 +394,7 @@ def test_the_lock_is_held_by_the_builders_children(tmp_path: Path) -> None:
     lock = os.open(tmp_path / image.LOCK_FILE, os.O_RDWR | os.O_CREAT)
     fcntl.flock(lock, fcntl.LOCK_EX)
     with (tmp_path / "log").open("w") as log:
-        build = image._Build(tmp_path, log, progress=lambda line: None, keep_fds=(lock,))
+        build = image_build._Build(tmp_path, log, progress=lambda line: None, keep_fds=(lock,))
         out = build.run(["sh", "-c", f"test -e /proc/self/fd/{lock} && echo inherited"])
     os.close(lock)
     assert out.strip() == "inherited"
@@ -427,7 +406,7 @@ def test_the_tree_size_counts_hard_links_once(tmp_path: Path) -> None:
     (tmp_path / "dir").mkdir()
     (tmp_path / "dir" / "small").write_bytes(b"y" * 10)
     (tmp_path / "link").symlink_to("big")
-    assert image._tree_bytes(tmp_path) == 1000 + 10 + len("big")
+    assert image_build._tree_bytes(tmp_path) == 1000 + 10 + len("big")
 
 
 # --- initramfs, kernel, modules ---------------------------------------------------------------
@@ -452,12 +431,12 @@ def read_cpio(archive: bytes) -> list[tuple[str, int, bytes, tuple[int, int]]]:
 
 
 def test_the_initramfs_holds_busybox_modules_in_order_and_init() -> None:
-    entries = image.initramfs_entries(
+    entries = kernel.initramfs_entries(
         busybox=b"BUSYBOX",
         init=b"#!/bin/busybox sh\n",
         modules=[("virtio_ring.ko", b"ring"), ("virtio.ko", b"virtio")],
     )
-    archive = read_cpio(image.cpio_newc(entries))
+    archive = read_cpio(kernel.cpio_newc(entries))
     by_name = {name: (mode, data, rdev) for name, mode, data, rdev in archive}
 
     assert by_name["init"] == (stat.S_IFREG | 0o755, b"#!/bin/busybox sh\n", (0, 0))
@@ -472,8 +451,8 @@ def test_the_initramfs_holds_busybox_modules_in_order_and_init() -> None:
 
 
 def test_the_initramfs_is_reproducible() -> None:
-    entries = image.initramfs_entries(busybox=b"b", init=b"i", modules=[("m.ko", b"m")])
-    assert image.cpio_newc(entries) == image.cpio_newc(entries)
+    entries = kernel.initramfs_entries(busybox=b"b", init=b"i", modules=[("m.ko", b"m")])
+    assert kernel.cpio_newc(entries) == kernel.cpio_newc(entries)
 
 
 needs_lz4 = pytest.mark.skipif(shutil.which("lz4") is None, reason="needs the lz4 tool")
@@ -502,30 +481,30 @@ FAKE_VMLINUX = b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 400
 
 @needs_lz4
 def test_it_extracts_vmlinux_from_a_bzimage() -> None:
-    assert image.vmlinux_from_bzimage(fake_bzimage(FAKE_VMLINUX)) == FAKE_VMLINUX
+    assert kernel.vmlinux_from_bzimage(fake_bzimage(FAKE_VMLINUX)) == FAKE_VMLINUX
 
 
 @needs_lz4
 def test_it_refuses_a_vmlinux_of_the_wrong_size() -> None:
-    with pytest.raises(image.ImageBuildError, match="the bzImage says"):
-        image.vmlinux_from_bzimage(fake_bzimage(FAKE_VMLINUX, claimed_size=12))
+    with pytest.raises(recipe.ImageBuildError, match="the bzImage says"):
+        kernel.vmlinux_from_bzimage(fake_bzimage(FAKE_VMLINUX, claimed_size=12))
 
 
 @needs_lz4
 def test_it_finds_the_payload_without_a_setup_header() -> None:
     blob = b"no header here" + lz4_legacy(FAKE_VMLINUX)
-    assert image.vmlinux_from_bzimage(blob).startswith(FAKE_VMLINUX)
+    assert kernel.vmlinux_from_bzimage(blob).startswith(FAKE_VMLINUX)
 
 
 def test_it_refuses_a_kernel_without_an_lz4_payload() -> None:
-    with pytest.raises(image.ImageBuildError, match="no LZ4 payload"):
-        image.vmlinux_from_bzimage(b"\0" * 4096)
+    with pytest.raises(recipe.ImageBuildError, match="no LZ4 payload"):
+        kernel.vmlinux_from_bzimage(b"\0" * 4096)
 
 
 @needs_lz4
 def test_it_refuses_a_payload_that_is_not_elf() -> None:
-    with pytest.raises(image.ImageBuildError, match="did not decompress to an ELF"):
-        image.vmlinux_from_bzimage(fake_bzimage(b"MZ not an elf" * 100))
+    with pytest.raises(recipe.ImageBuildError, match="did not decompress to an ELF"):
+        kernel.vmlinux_from_bzimage(fake_bzimage(b"MZ not an elf" * 100))
 
 
 def fake_module(**fields: str) -> bytes:
@@ -555,7 +534,7 @@ def fake_module(**fields: str) -> bytes:
 
 def test_it_reads_a_modules_modinfo() -> None:
     module = fake_module(license="GPL", depends="virtio,virtio_ring", name="virtio_blk")
-    assert image.modinfo(module) == {
+    assert kernel.modinfo(module) == {
         "license": "GPL",
         "depends": "virtio,virtio_ring",
         "name": "virtio_blk",
@@ -563,8 +542,8 @@ def test_it_reads_a_modules_modinfo() -> None:
 
 
 def test_it_refuses_a_module_that_is_not_elf() -> None:
-    with pytest.raises(image.ImageBuildError, match="ELF"):
-        image.modinfo(b"MZ" + b"\0" * 100)
+    with pytest.raises(recipe.ImageBuildError, match="ELF"):
+        kernel.modinfo(b"MZ" + b"\0" * 100)
 
 
 @pytest.fixture
@@ -586,7 +565,7 @@ def module_tree(tmp_path: Path) -> Path:
 def test_modules_load_after_their_dependencies_and_builtins_are_skipped(
     module_tree: Path,
 ) -> None:
-    plan = image.resolve_modules(module_tree, ["virtio_blk", "squashfs", "virtio-rng"])
+    plan = kernel.resolve_modules(module_tree, ["virtio_blk", "squashfs", "virtio-rng"])
     assert [module.name for module in plan.loaded] == [
         "virtio_ring",
         "virtio",
@@ -601,8 +580,8 @@ def test_modules_load_after_their_dependencies_and_builtins_are_skipped(
 
 
 def test_it_refuses_a_module_the_kernel_does_not_have(module_tree: Path) -> None:
-    with pytest.raises(image.ImageBuildError, match="overlay is neither built in nor"):
-        image.resolve_modules(module_tree, ["virtio", "overlay"])
+    with pytest.raises(recipe.ImageBuildError, match="overlay is neither built in nor"):
+        kernel.resolve_modules(module_tree, ["virtio", "overlay"])
 
 
 # --- the guest's scripts ----------------------------------------------------------------------
@@ -610,11 +589,11 @@ def test_it_refuses_a_module_the_kernel_does_not_have(module_tree: Path) -> None
 
 @pytest.mark.parametrize("name", ["init", "pandaweb-guest", "pandaweb-control"])
 def test_the_guest_scripts_parse(name: str) -> None:
-    subprocess.run(["sh", "-n", str(image.GUEST_DIR / name)], check=True)
+    subprocess.run(["sh", "-n", str(recipe.GUEST_DIR / name)], check=True)
 
 
 def test_the_guest_starts_chromium_behind_the_proxy_with_cdp_on_loopback() -> None:
-    script = (image.GUEST_DIR / "pandaweb-guest").read_text()
+    script = (recipe.GUEST_DIR / "pandaweb-guest").read_text()
     for expected in (
         "--proxy-server=http://10.0.2.100:3128",
         "'--proxy-bypass-list=<-loopback>'",
@@ -641,7 +620,7 @@ def fake_date(tmp_path: Path) -> Path:
 
 def control(request: bytes, bin_dir: Path) -> str:
     completed = subprocess.run(
-        [str(image.GUEST_DIR / "pandaweb-control")],
+        [str(recipe.GUEST_DIR / "pandaweb-control")],
         input=request,
         capture_output=True,
         env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
@@ -718,10 +697,12 @@ def test_the_command_refuses_a_root_that_is_a_file(tmp_path: Path) -> None:
         call_command("microvm_image", "--root", str(file), stdout=StringIO())
 
 
-def test_the_command_refuses_a_relative_image_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PANDAWEB_MICROVM_IMAGE_DIR", "relative/dir")
-    with pytest.raises(CommandError, match="absolute"):
-        call_command("microvm_image", "--check", stdout=StringIO())
+def test_the_command_looks_in_the_configured_image_dir(root: Path, settings: Any) -> None:
+    directory = make_image(root)
+    settings.ENGINE_CONFIG = dataclasses.replace(settings.ENGINE_CONFIG, microvm_image_dir=root)
+    out = StringIO()
+    call_command("microvm_image", "--check", stdout=out)
+    assert f"guest image {directory.name}: {directory}" in out.getvalue()
 
 
 @pytest.mark.usefixtures("fake_build")
@@ -729,8 +710,8 @@ def test_the_command_builds_and_prints_progress(root: Path) -> None:
     out = StringIO()
     call_command("microvm_image", "--root", str(root), stdout=out)
     text = out.getvalue()
-    name = image.current_key()[:16]
-    assert f"[1/{image.STEPS}] pretend to build …" in text
+    name = recipe.current_key()[:16]
+    assert f"[1/{recipe.STEPS}] pretend to build …" in text
     assert f"image {name} ready in " in text
     assert "6.1.0-test-cloud-amd64" in text
     assert image.find_image(root) is not None
@@ -740,7 +721,7 @@ def test_the_command_turns_a_build_failure_into_a_command_error(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def fail(*args: Any, **kwargs: Any) -> image.GuestImage:
-        raise image.ImageBuildError("mksquashfs failed", command=["mksquashfs"], output="boom")
+        raise recipe.ImageBuildError("mksquashfs failed", command=["mksquashfs"], output="boom")
 
     monkeypatch.setattr(image, "build_image", fail)
     with pytest.raises(CommandError, match=r"(?s)mksquashfs failed.*boom"):
@@ -754,9 +735,9 @@ def test_the_command_turns_a_build_failure_into_a_command_error(
 @pytest.mark.microvm
 @pytest.mark.timeout(1800)
 def test_a_real_build_makes_a_bootable_looking_image(tmp_path: Path) -> None:
-    missing = [tool for tool in image.HOST_TOOLS if shutil.which(tool) is None]
+    missing = [tool for tool in recipe.HOST_TOOLS if shutil.which(tool) is None]
     if os.geteuid() != 0 or missing:
-        pytest.skip(f"needs root and {', '.join(image.HOST_TOOLS)} (missing: {missing})")
+        pytest.skip(f"needs root and {', '.join(recipe.HOST_TOOLS)} (missing: {missing})")
 
     built = image.build_image(tmp_path, progress=lambda line: None)
 
@@ -809,7 +790,7 @@ def test_the_control_port_refuses_odd_probes(fake_network: Path, request_line: b
 
 def test_the_guest_starts_chromium_with_every_headless_flag() -> None:
     # The guest cannot import pandaweb; its script spells the flags out, and must not drift.
-    script = (image.GUEST_DIR / "pandaweb-guest").read_text()
+    script = (recipe.GUEST_DIR / "pandaweb-guest").read_text()
     assert [flag for flag in HEADLESS_ARGS if f"    {flag} \\\n" not in script] == []
 
 
@@ -818,8 +799,11 @@ def test_the_image_holds_the_managed_policy(tmp_path: Path) -> None:
     (rootfs / "usr/sbin").mkdir(parents=True)
     (rootfs / "etc").mkdir()
 
-    image._install_guest_files(rootfs, {})
+    image_build._install_guest_files(rootfs, {})
 
-    written = rootfs / image.CHROMIUM_POLICY_DIR / MANAGED_POLICY_NAME
+    written = rootfs / recipe.CHROMIUM_POLICY_DIR / MANAGED_POLICY_NAME
     assert json.loads(written.read_bytes()) == MANAGED_POLICY
-    assert image._inputs({})["managed_policy"] == hashlib.sha256(written.read_bytes()).hexdigest()
+    assert (
+        recipe.recipe_inputs({})["managed_policy"]
+        == hashlib.sha256(written.read_bytes()).hexdigest()
+    )

@@ -16,18 +16,12 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.conf import settings
 from playwright.sync_api import Playwright
 
-from pandaweb.browser import HEADLESS_ARGS, find_chromium
-from sessions.engine.proxy import (
-    PROXY_ANSWER_HEADER,
-    DeniedAttempt,
-    EgressDenied,
-    EgressPolicy,
-    EgressProxy,
-    chromium_proxy_args,
-    parse_ip_literal,
-)
+from sessions.engine.chromium import HEADLESS_ARGS, chromium_proxy_args, find_chromium
+from sessions.engine.egress_policy import EgressDenied, EgressPolicy, parse_ip_literal
+from sessions.engine.proxy import PROXY_ANSWER_HEADER, DeniedAttempt, EgressProxy
 
 SINK_HOST = "127.0.0.9"
 
@@ -750,7 +744,7 @@ def test_chromium_sends_everything_through_the_proxy(
 
     with EgressProxy(policy, on_denied=denied.append) as proxy:
         browser = playwright_instance.chromium.launch(
-            executable_path=find_chromium(),
+            executable_path=find_chromium(settings.ENGINE_CONFIG.chromium),
             args=[*HEADLESS_ARGS, *chromium_proxy_args(proxy.url)],
             headless=True,
         )

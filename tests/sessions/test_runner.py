@@ -115,7 +115,7 @@ def test_the_demo_workflow_causes_no_refused_connections(
 ) -> None:
     # The demo workflow only talks to the portal: every refusal would be the browser's own
     # background traffic (updates, autofill, password-leak checks, ...) burying real ones.
-    if not namespaces.probe().usable or os.environ.get("PANDAWEB_LOCAL_NAMESPACES") == "off":
+    if not namespaces.probe().usable or settings.ENGINE_CONFIG.local_namespaces == "off":
         pytest.skip("a sandbox without namespaces has no private place for the managed policy")
     workflow = publish(operator, demo_document(portal))
     number, amount = open_invoice(portal_server)
@@ -419,7 +419,7 @@ def test_a_run_cancelled_while_it_starts_leaves_nothing_running(
     (run_key,) = run_keys
     assert processes_with(run_key) == []
     assert not egress_dir(run_key).exists()
-    assert not (LocalBackend().root / run_key).exists()
+    assert not (LocalBackend(settings.ENGINE_CONFIG).root / run_key).exists()
 
 
 class RecordingSink:
@@ -444,12 +444,14 @@ class RecordingSink:
 
 
 def test_the_run_time_limit_expires_the_run_mid_step(portal: str, tmp_path: Path) -> None:
+    from sessions.engine.egress_policy import EgressPolicy
     from sessions.engine.plan import RunPlan
-    from sessions.engine.proxy import EgressPolicy, EgressProxy
+    from sessions.engine.proxy import EgressProxy
     from sessions.engine.runner import Runner
-    from sessions.engine.sandbox import SandboxSpec, get_backend
+    from sessions.engine.sandbox.backends import get_backend
+    from sessions.engine.sandbox.base import SandboxSpec
 
-    backend = get_backend("local")
+    backend = get_backend("local", settings.ENGINE_CONFIG)
     with EgressProxy(
         EgressPolicy([portal.removeprefix("http://")]), on_denied=lambda a: None
     ) as proxy:
@@ -496,7 +498,6 @@ def _database_url() -> str:
 def test_a_worker_killed_mid_run_leaves_an_interrupted_run_and_no_browser(
     operator: User, portal_server: PortalServer, portal: str, tmp_path: Path
 ) -> None:
-    import os
     import signal
     import subprocess
     import sys
@@ -548,10 +549,12 @@ def test_a_read_only_step_on_an_unchanged_page_takes_no_new_evidence(
 ) -> None:
     from sessions.engine import observation as observing
     from sessions.engine import recording
+    from sessions.engine.egress_policy import EgressPolicy
     from sessions.engine.plan import RunPlan
-    from sessions.engine.proxy import EgressPolicy, EgressProxy
+    from sessions.engine.proxy import EgressProxy
     from sessions.engine.runner import Runner
-    from sessions.engine.sandbox import SandboxSpec, get_backend
+    from sessions.engine.sandbox.backends import get_backend
+    from sessions.engine.sandbox.base import SandboxSpec
 
     taken: list[str] = []
     take = observing.take
@@ -561,7 +564,7 @@ def test_a_read_only_step_on_an_unchanged_page_takes_no_new_evidence(
         return take(page, **kwargs)
 
     monkeypatch.setattr(observing, "take", counting_take)
-    backend = get_backend("local")
+    backend = get_backend("local", settings.ENGINE_CONFIG)
     with EgressProxy(
         EgressPolicy([portal.removeprefix("http://")]), on_denied=lambda a: None
     ) as proxy:

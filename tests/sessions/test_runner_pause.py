@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 import time_machine
+from django.conf import settings
 
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
+from sessions.engine.egress_policy import EgressPolicy
 from sessions.engine.plan import HandBack, RunOutcome, RunPlan
-from sessions.engine.proxy import EgressPolicy, EgressProxy
+from sessions.engine.proxy import EgressProxy
 from sessions.engine.runner import Runner
-from sessions.engine.sandbox import Sandbox, SandboxSpec, get_backend
+from sessions.engine.sandbox.backends import get_backend
+from sessions.engine.sandbox.base import Sandbox, SandboxSpec
 from tests.sessions.test_runner import RecordingSink
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -50,7 +53,7 @@ class Pause:
 
 @pytest.fixture
 def sandbox(portal: str, tmp_path: Path) -> Iterator[Sandbox]:
-    backend = get_backend("local")
+    backend = get_backend("local", settings.ENGINE_CONFIG)
     with EgressProxy(EgressPolicy([portal.removeprefix("http://")]), on_denied=lambda a: None) as p:
         created = backend.create(
             SandboxSpec(run_key=f"pause-{tmp_path.name[-8:]}", proxy_url=p.url, ttl_seconds=120)

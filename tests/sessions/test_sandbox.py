@@ -7,6 +7,7 @@ Timing assertions poll with generous limits: these tests share a 2-core machine 
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import os
@@ -31,16 +32,11 @@ import pytest
 from playwright.sync_api import Browser, Playwright
 from playwright.sync_api import Error as PlaywrightError
 
-from sessions.engine.sandbox import (
-    Sandbox,
-    SandboxBackend,
-    SandboxError,
-    SandboxSpec,
-    _proc,
-    get_backend,
-    namespaces,
-)
+from sessions.engine.config import EngineConfig
+from sessions.engine.sandbox import _proc, namespaces
 from sessions.engine.sandbox._proc import MARKER, group_alive, mentions, remove_workdir
+from sessions.engine.sandbox.backends import get_backend
+from sessions.engine.sandbox.base import Sandbox, SandboxBackend, SandboxError, SandboxSpec
 from sessions.engine.sandbox.local import LocalBackend, reap_orphans
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -206,7 +202,7 @@ def mode(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def backend(root: Path, mode: str) -> LocalBackend:
-    return LocalBackend(root=root, namespaces=mode)
+    return LocalBackend(EngineConfig(sandbox_dir=root, local_namespaces=mode))
 
 
 @pytest.fixture
@@ -311,14 +307,14 @@ def test_it_refuses_to_touch_a_sandbox_held_by_another_host(backend: LocalBacken
             action(sandbox)
 
 
-def test_the_registry_knows_the_local_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PANDAWEB_SANDBOX_DIR", "/tmp/pandaweb-test-root")
-    local = get_backend("local")
+def test_the_registry_knows_the_local_backend() -> None:
+    config = EngineConfig(sandbox_dir=Path("/tmp/pandaweb-test-root"))
+    local = get_backend("local", config)
     assert isinstance(local, LocalBackend)
     assert isinstance(local, SandboxBackend)
     assert local.root == Path("/tmp/pandaweb-test-root")
     with pytest.raises(SandboxError, match="unknown sandbox backend 'qemu'"):
-        get_backend("qemu")
+        get_backend("qemu", config)
 
 
 def test_a_member_caught_inside_exec_still_counts_as_the_sandbox(
@@ -555,8 +551,11 @@ def test_it_destroys_a_sandbox_from_another_process(
     sandbox = make()
     child = python(
         "import json, sys\n"
-        "from sessions.engine.sandbox import Sandbox, get_backend\n"
-        "get_backend('local').destroy(Sandbox.from_dict(json.loads(sys.argv[1])))\n",
+        "from sessions.engine.config import EngineConfig\n"
+        "from sessions.engine.sandbox.backends import get_backend\n"
+        "from sessions.engine.sandbox.base import Sandbox\n"
+        "backend = get_backend('local', EngineConfig())\n"
+        "backend.destroy(Sandbox.from_dict(json.loads(sys.argv[1])))\n",
         json.dumps(sandbox.to_dict()),
     )
     _, err = child.communicate(timeout=60)
@@ -573,11 +572,13 @@ def test_it_kills_the_browser_at_the_deadline_even_if_the_creator_was_killed(
     # take a couple of seconds, hence 4 s rather than less.
     creator = python(
         "import json, sys, time\n"
-        "from sessions.engine.sandbox import SandboxSpec\n"
+        "from pathlib import Path\n"
+        "from sessions.engine.config import EngineConfig\n"
+        "from sessions.engine.sandbox.base import SandboxSpec\n"
         "from sessions.engine.sandbox.local import LocalBackend\n"
-        "import pandaweb.browser\n"
+        "config = EngineConfig(sandbox_dir=Path(sys.argv[1]), local_namespaces=sys.argv[4])\n"
         "spec = SandboxSpec(run_key=sys.argv[2], proxy_url=sys.argv[3], ttl_seconds=4.0)\n"
-        "sandbox = LocalBackend(root=sys.argv[1], namespaces=sys.argv[4]).create(spec)\n"
+        "sandbox = LocalBackend(config).create(spec)\n"
         "print(json.dumps(sandbox.to_dict()), flush=True)\n"
         "time.sleep(600)\n",
         str(root),
@@ -590,7 +591,7 @@ def test_it_kills_the_browser_at_the_deadline_even_if_the_creator_was_killed(
     finally:
         creator.send_signal(signal.SIGKILL)
         creator.communicate(timeout=10)
-    backend = LocalBackend(root=root)
+    backend = LocalBackend(EngineConfig(sandbox_dir=root))
     watchdog = psutil.Process(sandbox.details["watchdog_pid"])
     if time.time() < sandbox.deadline - 0.5:
         assert backend.alive(sandbox)
@@ -618,20 +619,18 @@ def test_extend_pushes_the_kill_back(backend: LocalBackend, make: Callable[..., 
 
 
 @pytest.mark.browser
-def test_a_failed_start_raises_a_readable_error_and_leaves_nothing(
-    backend: LocalBackend, root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("PANDAWEB_CHROMIUM", "/bin/false")
+def test_a_failed_start_raises_a_readable_error_and_leaves_nothing(root: Path, mode: str) -> None:
+    config = EngineConfig(sandbox_dir=root, local_namespaces=mode, chromium="/bin/false")
     with pytest.raises(SandboxError, match="Chromium exited with status 1"):
-        backend.create(
+        LocalBackend(config).create(
             SandboxSpec(run_key=run_key(), proxy_url="http://127.0.0.1:1", ttl_seconds=60)
         )
     assert list(root.iterdir()) == []
     assert wait_for(lambda: not processes_naming(str(root)), 5)
 
-    monkeypatch.setenv("PANDAWEB_CHROMIUM", "/nonexistent/chromium")
+    config = dataclasses.replace(config, chromium="/nonexistent/chromium")
     with pytest.raises(SandboxError, match="not an executable file"):
-        backend.create(
+        LocalBackend(config).create(
             SandboxSpec(run_key=run_key(), proxy_url="http://127.0.0.1:1", ttl_seconds=60)
         )
 

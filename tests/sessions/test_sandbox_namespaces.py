@@ -27,8 +27,10 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Playwright
 
-from pandaweb.browser import MANAGED_POLICY, MANAGED_POLICY_NAME
-from sessions.engine.sandbox import Sandbox, SandboxError, SandboxSpec, cdp_gate, namespaces
+from sessions.engine.chromium import MANAGED_POLICY, MANAGED_POLICY_NAME
+from sessions.engine.config import EngineConfig
+from sessions.engine.sandbox import cdp_gate, namespaces
+from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.engine.sandbox.local import LocalBackend
 from sessions.engine.sandbox.workdirs import json_version
 from tests.sessions.test_sandbox import (
@@ -190,7 +192,7 @@ def make(root: Path, proxy: Served) -> Iterator[Callable[..., Sandbox]]:
     made: list[tuple[LocalBackend, Sandbox]] = []
 
     def factory(mode: str = "on") -> Sandbox:
-        backend = LocalBackend(root=root, namespaces=mode)
+        backend = LocalBackend(EngineConfig(sandbox_dir=root, local_namespaces=mode))
         sandbox = backend.create(
             SandboxSpec(run_key=run_key(), proxy_url=proxy.url, ttl_seconds=120)
         )
@@ -522,7 +524,7 @@ def test_destroy_stops_the_relays_too(make: Callable[..., Sandbox], root: Path) 
     sandbox = make()
     assert len(relays(sandbox)) >= 4  # two on the host, two inside, and their connections
     started = time.monotonic()
-    LocalBackend(root=root).destroy(sandbox)
+    LocalBackend(EngineConfig(sandbox_dir=root)).destroy(sandbox)
     assert time.monotonic() - started < 1  # no grace period spent on a polite stop
     assert gone(sandbox)
 
@@ -544,7 +546,7 @@ def test_when_the_browser_or_its_init_dies_the_whole_sandbox_goes(
     assert wait_for(lambda: exited(watchdog), 10)
     assert "browser gone" in (Path(sandbox.workdir) / "watchdog.log").read_text()
     assert wait_for(lambda: not processes_naming(sandbox.workdir), 5)
-    backend = LocalBackend(root=root)
+    backend = LocalBackend(EngineConfig(sandbox_dir=root))
     assert not backend.alive(sandbox)
     backend.destroy(sandbox)
     assert gone(sandbox)
@@ -592,7 +594,7 @@ def test_on_refuses_to_start_without_namespaces(
     monkeypatch.setattr(namespaces, "probe", unavailable)
     spec = SandboxSpec(run_key=run_key(), proxy_url="http://127.0.0.1:1", ttl_seconds=60)
     with pytest.raises(SandboxError, match="user namespaces are unavailable"):
-        LocalBackend(root=root, namespaces="on").create(spec)
+        LocalBackend(EngineConfig(sandbox_dir=root, local_namespaces="on")).create(spec)
     assert list(root.iterdir()) == []
 
 
@@ -601,18 +603,15 @@ def test_on_refuses_a_sandbox_root_the_relays_cannot_name(tmp_path: Path) -> Non
     root = tmp_path / "a,b"
     spec = SandboxSpec(run_key=run_key(), proxy_url="http://127.0.0.1:1", ttl_seconds=60)
     with pytest.raises(SandboxError, match="characters"):
-        LocalBackend(root=root, namespaces="on").create(spec)
+        LocalBackend(EngineConfig(sandbox_dir=root, local_namespaces="on")).create(spec)
     assert list(root.iterdir()) == []
 
 
-def test_the_mode_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PANDAWEB_LOCAL_NAMESPACES", "off")
-    assert LocalBackend().namespaces == "off"
-    monkeypatch.delenv("PANDAWEB_LOCAL_NAMESPACES")
-    assert LocalBackend().namespaces == "auto"
-    monkeypatch.setenv("PANDAWEB_LOCAL_NAMESPACES", "sometimes")
-    with pytest.raises(SandboxError, match="PANDAWEB_LOCAL_NAMESPACES"):
-        LocalBackend()
+def test_the_mode_comes_from_the_engine_config() -> None:
+    assert LocalBackend(EngineConfig(local_namespaces="off")).namespaces == "off"
+    assert LocalBackend(EngineConfig()).namespaces == "auto"
+    with pytest.raises(ValueError, match="local_namespaces must be one of auto, on, off"):
+        EngineConfig(local_namespaces="sometimes")
 
 
 def test_the_probe_tries_the_real_set_up_once() -> None:

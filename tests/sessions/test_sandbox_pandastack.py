@@ -43,13 +43,18 @@ from urllib.parse import parse_qs, urlsplit
 
 import psutil
 import pytest
+from django.conf import settings
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Playwright
 
-from pandaweb.browser import find_chromium
-from sessions.engine.proxy import DeniedAttempt, EgressPolicy, EgressProxy
-from sessions.engine.sandbox import Sandbox, SandboxError, SandboxSpec, get_backend
-from sessions.engine.sandbox.pandastack import GATE_HEADER, PandaStackBackend
+from sessions.engine.chromium import find_chromium
+from sessions.engine.config import EngineConfig
+from sessions.engine.egress_policy import EgressPolicy
+from sessions.engine.proxy import DeniedAttempt, EgressProxy
+from sessions.engine.sandbox.backends import get_backend
+from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from sessions.engine.sandbox.pandastack import PandaStackBackend
+from sessions.engine.sandbox.pandastack_link import GATE_HEADER
 
 pytest.importorskip("pandastack")
 
@@ -451,12 +456,15 @@ def guest_root(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-def fake(guest_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def fake(guest_root: Path) -> Iterator[Any]:
     with serving(FakePandaStack(guest_root)) as server:
-        monkeypatch.setenv("PANDASTACK_API", server.url)
-        monkeypatch.setenv("PANDASTACK_API_KEY", KEY)
-        monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.config/pandastack from the machine
         yield server
+
+
+@pytest.fixture
+def config(fake: FakePandaStack) -> EngineConfig:
+    """The engine's settings that point the backend at the fake API, with the test's key."""
+    return EngineConfig(pandastack_api=fake.url, pandastack_api_key=KEY)
 
 
 @pytest.fixture
@@ -489,12 +497,12 @@ def egress(portal: Site, denials: list[DeniedAttempt]) -> Iterator[EgressProxy]:
 
 @pytest.fixture
 def make(
-    fake: FakePandaStack, guest_root: Path, egress: EgressProxy
+    fake: FakePandaStack, config: EngineConfig, guest_root: Path, egress: EgressProxy
 ) -> Iterator[Callable[..., tuple[PandaStackBackend, Sandbox]]]:
     """Create sandboxes, each in a guest directory of its own (a VM of its own); whatever a test
     leaves is destroyed after it."""
     made: list[tuple[PandaStackBackend, Sandbox]] = []
-    chromium = find_chromium()
+    chromium = find_chromium(settings.ENGINE_CONFIG.chromium)
 
     def factory(
         guest: Path | None = None, backend_args: dict[str, Any] | None = None, **spec_args: Any
@@ -511,7 +519,7 @@ def make(
             "tunnels": 4,
             **(backend_args or {}),
         }
-        backend = PandaStackBackend(**options)
+        backend = PandaStackBackend(config, **options)
         spec = SandboxSpec(
             **{
                 "run_key": run_key(),
@@ -533,8 +541,8 @@ def make(
 # --- without a browser -----------------------------------------------------------------------
 
 
-def test_importing_the_module_registers_the_backend(fake: FakePandaStack) -> None:
-    backend = get_backend("pandastack")
+def test_importing_the_module_registers_the_backend(config: EngineConfig) -> None:
+    backend = get_backend("pandastack", config)
     assert isinstance(backend, PandaStackBackend)
     assert backend.name == "pandastack"
     assert backend.template == "browser"
@@ -543,41 +551,45 @@ def test_importing_the_module_registers_the_backend(fake: FakePandaStack) -> Non
 def test_it_refuses_to_work_without_an_api_key(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    # Without a key in the settings the SDK looks in its own places: none has one here.
     monkeypatch.delenv("PANDASTACK_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     spec = SandboxSpec(run_key=run_key(), proxy_url="http://127.0.0.1:9", ttl_seconds=60)
     with pytest.raises(SandboxError, match="PANDASTACK_API_KEY"):
-        PandaStackBackend().create(spec)
+        PandaStackBackend(EngineConfig()).create(spec)
 
 
-def test_a_lost_create_response_is_reconciled_by_its_tag(fake: FakePandaStack) -> None:
+def test_a_lost_create_response_is_reconciled_by_its_tag(
+    fake: FakePandaStack, config: EngineConfig
+) -> None:
     """A 502 may follow a create that went through: the sandbox tagged with the run key is
     looked up and killed."""
     fake.state.lose_create_response = (502, {"error": "agent unreachable"})
     key = run_key()
     spec = SandboxSpec(run_key=key, proxy_url="http://127.0.0.1:9", ttl_seconds=60)
     with pytest.raises(SandboxError, match="did not create a sandbox: agent unreachable"):
-        PandaStackBackend().create(spec)
+        PandaStackBackend(config).create(spec)
     (created,) = fake.state.sandboxes.values()
     assert created["metadata"]["pandaweb_run_key"] == key
     assert [c.path for c in fake.api_calls("GET")] == ["/v1/sandboxes"]
     assert [c.path for c in fake.api_calls("DELETE")] == [f"/v1/sandboxes/{created['id']}"]
 
 
-def test_a_refused_create_is_not_reconciled(fake: FakePandaStack) -> None:
+def test_a_refused_create_is_not_reconciled(fake: FakePandaStack, config: EngineConfig) -> None:
     fake.state.lose_create_response = (400, {"error": "invalid template name"})
     spec = SandboxSpec(run_key=run_key(), proxy_url="http://127.0.0.1:9", ttl_seconds=60)
     with pytest.raises(SandboxError, match="invalid template name"):
-        PandaStackBackend().create(spec)
+        PandaStackBackend(config).create(spec)
     assert fake.api_calls("GET") == []
     assert fake.api_calls("DELETE") == []
 
 
 def test_a_sandbox_whose_browser_never_starts_is_killed(
-    fake: FakePandaStack, guest_root: Path, egress: EgressProxy
+    fake: FakePandaStack, config: EngineConfig, guest_root: Path, egress: EgressProxy
 ) -> None:
     gate_port, guest_proxy_port = free_ports(2)
     backend = PandaStackBackend(
+        config,
         guest_dir=str(guest_root / "vm"),
         gate_host="127.0.0.1",
         gate_port=gate_port,
@@ -608,7 +620,7 @@ def test_it_runs_the_browser_behind_the_gate_and_the_runs_proxy(
     backend, sandbox = make()
     sandbox_id = sandbox.details["sandbox_id"]
 
-    # The REST calls: every one with the key from PANDASTACK_API_KEY, the TTL kept server side.
+    # The REST calls: every one with the configured key, the TTL kept server side.
     assert {c.auth for c in fake.calls} == {f"Bearer {KEY}"}
     (create,) = fake.api_calls("POST", "/v1/sandboxes")
     assert create.body["template"] == "browser"

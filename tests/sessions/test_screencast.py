@@ -15,10 +15,11 @@ from typing import Any, TypeVar
 
 import pytest
 import requests
+from django.conf import settings
 from PIL import Image
 from playwright.sync_api import Page, Playwright
 
-from pandaweb.browser import HEADLESS_ARGS, find_chromium
+from sessions.engine.chromium import HEADLESS_ARGS, find_chromium
 from sessions.engine.screencast import (
     MASK_COLOUR,
     UNREADABLE_DIALOG,
@@ -47,7 +48,7 @@ PAGE = f"""<!doctype html><title>Sign in</title>
 @contextlib.contextmanager
 def launched_chromium(profile: Path, url: str) -> Iterator[str]:
     """A headless Chromium showing ``url``, with no CDP client attached yet; its CDP address."""
-    binary = find_chromium()
+    binary = find_chromium(settings.ENGINE_CONFIG.chromium)
     if binary is None:
         pytest.skip("no Chromium on this machine")
     process = subprocess.Popen(

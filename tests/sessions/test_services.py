@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -250,13 +252,13 @@ def test_cancelling_a_run_whose_browser_is_on_another_host_sends_the_kill_there(
 
 
 def test_housekeeping_destroys_what_no_live_run_owns_and_spares_the_rest(
-    operator: User, demo_workflow: Workflow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    operator: User, demo_workflow: Workflow, tmp_path: Path, settings: Any
 ) -> None:
     """From what is on disk and running, not only from rows: an egress supervisor and a browser
     left by a run that ended go; a live run's, a fresh one and another installation's stay."""
     from sessions.services.egress import egress_dir, egress_start
 
-    monkeypatch.setenv("PANDAWEB_SANDBOX_DIR", str(tmp_path))
+    settings.ENGINE_CONFIG = replace(settings.ENGINE_CONFIG, sandbox_dir=tmp_path)
     ended = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
     Run.objects.filter(pk=ended.pk).update(status=Run.Status.CANCELLED)
     live = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
@@ -287,9 +289,9 @@ def test_housekeeping_destroys_what_no_live_run_owns_and_spares_the_rest(
 
 
 def test_the_sandbox_reaper_destroys_what_outlived_its_deadline_on_this_host(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, settings: Any
 ) -> None:
-    monkeypatch.setenv("PANDAWEB_SANDBOX_DIR", str(tmp_path))
+    settings.ENGINE_CONFIG = replace(settings.ENGINE_CONFIG, sandbox_dir=tmp_path)
     for name, deadline in (("run-1-expired", time.time() - 5), ("run-2-alive", time.time() + 600)):
         workdir = tmp_path / name
         workdir.mkdir()

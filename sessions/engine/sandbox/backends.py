@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sessions.engine.config import EngineConfig
 from sessions.engine.sandbox.base import SandboxBackend, SandboxError
 from sessions.engine.sandbox.local import LocalBackend
 from sessions.engine.sandbox.microvm.backend import MicroVMBackend
@@ -16,21 +17,22 @@ from sessions.engine.sandbox.pandastack import PandaStackBackend
 
 __all__ = ["get_backend", "register_backend"]
 
-_FACTORIES: dict[str, Callable[[], SandboxBackend]] = {
+_FACTORIES: dict[str, Callable[[EngineConfig], SandboxBackend]] = {
     "local": LocalBackend,
     "microvm": MicroVMBackend,
     "pandastack": PandaStackBackend,
 }
 
 
-def register_backend(name: str, factory: Callable[[], SandboxBackend]) -> None:
+def register_backend(name: str, factory: Callable[[EngineConfig], SandboxBackend]) -> None:
     _FACTORIES[name] = factory
 
 
-def get_backend(name: str) -> SandboxBackend:
+def get_backend(name: str, config: EngineConfig) -> SandboxBackend:
+    """The backend ``name``, configured by ``config`` (the engine reads no settings itself)."""
     try:
         factory = _FACTORIES[name]
     except KeyError:
         known = ", ".join(sorted(_FACTORIES))
         raise SandboxError(f"unknown sandbox backend {name!r} (known: {known})") from None
-    return factory()
+    return factory(config)

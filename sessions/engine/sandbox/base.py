@@ -7,12 +7,9 @@ differ in the isolation boundary (a process group today, a microVM later) but no
 
 from __future__ import annotations
 
-import os
 import re
 import socket
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
@@ -22,7 +19,6 @@ __all__ = [
     "SandboxBackend",
     "SandboxError",
     "SandboxSpec",
-    "default_root",
 ]
 
 # A run key becomes a directory name and appears in process command lines, so it is kept to a
@@ -167,12 +163,3 @@ class SandboxBackend(Protocol):
     def extend(self, sandbox: Sandbox, deadline: float) -> None:
         """Move the dead-man's deadline (epoch seconds); raise ``SandboxError`` if it is gone."""
         ...
-
-
-def default_root() -> Path:
-    """Where sandboxes keep their working directories: ``PANDAWEB_SANDBOX_DIR`` or a fixed
-    directory under the system temp dir (fixed, so a reaper in another process finds them)."""
-    configured = os.environ.get("PANDAWEB_SANDBOX_DIR", "").strip()
-    if configured:
-        return Path(configured)
-    return Path(tempfile.gettempdir()) / "pandaweb-sandboxes"

@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sessions.engine.egress_policy import EgressPolicy
+from sessions.engine.proxy import DeniedAttempt, EgressProxy
 from sessions.engine.sandbox._proc import atomic_write, mentions, read_deadline, strays
 
 POLICY_FILE = "policy.json"
@@ -190,7 +192,7 @@ class _Spool:
         self._n = len(read_spool(path.parent))
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
-    def append(self, attempt: Any) -> None:
+    def append(self, attempt: DeniedAttempt) -> None:
         with self._lock:
             self._n += 1
             line = {
@@ -220,8 +222,6 @@ def _should_exit(directory: Path) -> str | None:
 
 
 def serve(directory: Path) -> str:
-    from sessions.engine.proxy import EgressPolicy, EgressProxy
-
     policy = json.loads((directory / POLICY_FILE).read_text())
     spool = _Spool(directory / SPOOL_FILE)
     proxy = EgressProxy(EgressPolicy(policy.get("allowed_hosts", [])), on_denied=spool.append)

@@ -4,8 +4,8 @@ Where the worker is root or may make user namespaces (``namespaces.probe()``), t
 network, mount, PID and IPC namespaces (see ``sessions.engine.sandbox.namespaces``): the kernel lets
 it reach nothing but the run's proxy. Elsewhere it is isolated by a fresh profile, a private HOME
 and a process group only, and the sandbox's ``details["isolation_warning"]`` says so; its only
-route out is then its ``--proxy-server`` flag. ``PANDAWEB_LOCAL_NAMESPACES`` (``auto``, ``on`` or
-``off``) chooses. In namespaces the browser's CDP is reached only through the run's CDP gate
+route out is then its ``--proxy-server`` flag. ``EngineConfig.local_namespaces`` (``auto``, ``on``
+or ``off``) chooses. In namespaces the browser's CDP is reached only through the run's CDP gate
 (``sessions.engine.sandbox.cdp_gate``), which forwards nothing without the run's secret; without
 them it listens on host loopback, open to every local process, and the warning says that too. The
 browser dies at its deadline even if the worker that started it is killed. The microVM backend
@@ -34,6 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sessions.engine.chromium import HEADLESS_ARGS, find_chromium, write_profile_preferences
+from sessions.engine.config import EngineConfig
 from sessions.engine.sandbox import cdp_gate, namespaces
 from sessions.engine.sandbox._proc import (
     DEADLINE_FILE,
@@ -46,7 +48,7 @@ from sessions.engine.sandbox._proc import (
     remove_workdir,
     stop_browser,
 )
-from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec, default_root
+from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.engine.sandbox.workdirs import (
     WorkdirSandboxes,
     adopt,
@@ -59,7 +61,6 @@ __all__ = ["LocalBackend", "reap_orphans"]
 
 logger = logging.getLogger(__name__)
 
-NAMESPACE_MODES = ("auto", "on", "off")
 PROCESS_GROUP_ONLY = "process group only"
 
 # Playwright has the browser write downloads to its ``artifacts_dir`` and then reads them there
@@ -111,32 +112,20 @@ class LocalBackend(WorkdirSandboxes):
     """System Chromium in its own process group (and namespaces, where the host allows), watched
     by a detached dead-man's switch.
 
-    ``namespaces``: ``"auto"`` uses them where the host allows and otherwise falls back with a
-    warning, ``"on"`` refuses to start without them, ``"off"`` never uses them. The default is
-    ``PANDAWEB_LOCAL_NAMESPACES``, or ``"auto"``.
+    ``config.local_namespaces``: ``"auto"`` uses them where the host allows and otherwise falls
+    back with a warning, ``"on"`` refuses to start without them, ``"off"`` never uses them.
+    Workdirs go under ``config.sandbox_dir``; the browser is ``config.chromium``, or the system's.
     """
 
     name = "local"
 
-    def __init__(
-        self,
-        root: Path | str | None = None,
-        *,
-        ready_timeout: float = 15.0,
-        namespaces: str | None = None,
-    ) -> None:
+    def __init__(self, config: EngineConfig, *, ready_timeout: float = 15.0) -> None:
         # Absolute: the workdir is named on command lines run from other directories (the
         # watchdog's) and in mount tables.
-        self.root = (Path(root) if root is not None else default_root()).absolute()
+        self.root = config.sandbox_dir.absolute()
         self.ready_timeout = ready_timeout
-        if namespaces is None:
-            namespaces = os.environ.get("PANDAWEB_LOCAL_NAMESPACES", "").strip().lower() or "auto"
-        if namespaces not in NAMESPACE_MODES:
-            raise SandboxError(
-                f"namespaces must be one of {', '.join(NAMESPACE_MODES)}, not {namespaces!r} "
-                "(check PANDAWEB_LOCAL_NAMESPACES)"
-            )
-        self.namespaces = namespaces
+        self.namespaces = config.local_namespaces
+        self.chromium = config.chromium
 
     # -- create ---------------------------------------------------------------------------
 
@@ -243,10 +232,8 @@ class LocalBackend(WorkdirSandboxes):
         return _Isolation(None, PROCESS_GROUP_ONLY, warning)
 
     def _chromium(self) -> str:
-        from pandaweb.browser import find_chromium
-
         try:
-            found = find_chromium()
+            found = find_chromium(self.chromium)
         except FileNotFoundError as exc:
             raise SandboxError(str(exc)) from exc
         if found is None:
@@ -263,8 +250,6 @@ class LocalBackend(WorkdirSandboxes):
         workdir: Path,
         support: namespaces.Support | None,
     ) -> subprocess.Popen[bytes]:
-        from pandaweb.browser import HEADLESS_ARGS, write_profile_preferences
-
         home = workdir / "home"
         home.mkdir(mode=0o700)
         (workdir / ARTIFACTS_DIR).mkdir(mode=0o700)
@@ -362,14 +347,14 @@ class LocalBackend(WorkdirSandboxes):
     # -- the rest -------------------------------------------------------------------------
 
 
-def reap_orphans(root_dir: Path | str | None = None, *, now: float | None = None) -> list[str]:
+def reap_orphans(root_dir: Path | str, *, now: float | None = None) -> list[str]:
     """Destroy the sandboxes under ``root_dir`` whose deadline has passed; return their run keys.
 
     Belt and braces for the watchdogs (one may have been killed, or the host rebooted mid-run).
     Also removes directories a creator abandoned before it wrote a deadline. Idempotent and safe
     to run concurrently with watchdogs and ``destroy()``.
     """
-    root = Path(root_dir) if root_dir is not None else default_root()
+    root = Path(root_dir)
     now = time.time() if now is None else now
     reaped: list[str] = []
     try:

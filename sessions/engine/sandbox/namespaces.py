@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from sessions.engine.chromium import MANAGED_POLICY_NAME, managed_policy_json
 from sessions.engine.sandbox import cdp_gate
 
 __all__ = [
@@ -204,8 +205,6 @@ def place_policy(workdir: Path) -> bool:
 
     Only the sandbox's mount namespace sees the copy: the host's /etc stays as it is, and two
     sandboxes never share one policy file."""
-    from pandaweb.browser import MANAGED_POLICY_NAME, managed_policy_json
-
     if not CHROMIUM_ETC.is_dir():
         return False
     copy = workdir / _POLICY_DIR

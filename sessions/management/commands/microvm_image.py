@@ -3,9 +3,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sessions.engine.sandbox.microvm import image
+from sessions.engine.sandbox.microvm import image, recipe
 
 _MIB = 1024 * 1024
 
@@ -39,11 +40,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["check"] and options["force"]:
             raise CommandError("--check and --force exclude each other")
-        try:
-            root = options["root"] or image.image_root()
-        except ValueError as exc:
-            raise CommandError(str(exc)) from exc
-        root = Path(root).absolute()
+        root = Path(options["root"] or settings.ENGINE_CONFIG.microvm_image_dir).absolute()
         if root.exists() and not root.is_dir():
             raise CommandError(f"{root} is not a directory")
 
@@ -51,7 +48,7 @@ class Command(BaseCommand):
             found = image.find_image(root)
             if found is None:
                 raise CommandError(
-                    f"no guest image for key {image.current_key()[:16]} in {root}; "
+                    f"no guest image for key {recipe.current_key()[:16]} in {root}; "
                     "build it with `manage.py microvm_image`"
                 )
             self._describe(found)
@@ -59,7 +56,7 @@ class Command(BaseCommand):
 
         try:
             built = image.build_image(root, progress=self.stdout.write, force=options["force"])
-        except image.ImageBuildError as exc:
+        except recipe.ImageBuildError as exc:
             raise CommandError(str(exc)) from exc
         self._describe(built)
 

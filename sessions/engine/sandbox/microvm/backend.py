@@ -16,6 +16,9 @@ templates save their own after logging in (``snapshot()``).
 The layout of ``<root>/<name>/`` follows the local backend (marker, ``deadline``, ``pgid``,
 ``sandbox.json``), so its watchdog and ``reap_orphans`` destroy VMs too, plus ``qmp.sock``,
 ``proxy.sock``, ``serial.log``, and with a namespace ``cdp.secret`` and ``cdp-gate.port``.
+
+The QEMU process's own pieces (machine, namespace, gate, clock) are in ``vm``; the choice of
+KVM or TCG in ``accelerator``; the warm pool and the saved states here.
 """
 
 from __future__ import annotations
@@ -28,19 +31,16 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from sessions.engine.sandbox import cdp_gate
+from sessions.engine.config import EngineConfig
 from sessions.engine.sandbox._proc import (
     DEADLINE_FILE,
     MARKER,
@@ -50,9 +50,28 @@ from sessions.engine.sandbox._proc import (
     remove_workdir,
     stop_browser,
 )
-from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec, default_root
+from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.engine.sandbox.microvm import qmp
-from sessions.engine.sandbox.microvm.image import GuestImage, find_image, image_root
+from sessions.engine.sandbox.microvm.accelerator import Accelerator, choose_accelerator
+from sessions.engine.sandbox.microvm.image import GuestImage, find_image
+from sessions.engine.sandbox.microvm.vm import (
+    GUEST_CDP_PORT,
+    GUEST_CONTROL_PORT,
+    GUEST_PROXY,
+    KERNEL_ARGS,
+    MACHINE,
+    QEMU,
+    VM,
+    free_port,
+    gate_listens,
+    host_tsc_khz,
+    log_tail,
+    network_namespace_tools,
+    own_namespace,
+    push_clock,
+    qemu_version,
+    spawn_gate,
+)
 from sessions.engine.sandbox.workdirs import (
     WorkdirSandboxes,
     adopt,
@@ -61,24 +80,10 @@ from sessions.engine.sandbox.workdirs import (
     spawn_watchdog,
 )
 
-__all__ = ["Accelerator", "MicroVMBackend", "choose_accelerator"]
+__all__ = ["MicroVMBackend"]
 
 logger = logging.getLogger(__name__)
 
-_PROJECT_ROOT = Path(__file__).resolve().parents[4]
-
-QEMU = "qemu-system-x86_64"
-GUEST_CDP_PORT = 9223
-GUEST_CONTROL_PORT = 9224
-GUEST_PROXY = ("10.0.2.100", 3128)
-# Keep the PIT: with pit=off TCG hangs calibrating the TSC. ACPI stays on because this kernel
-# finds virtio-mmio devices only through microvm's ACPI tables.
-MACHINE = "microvm,x-option-roms=off,isa-serial=on,rtc=on,acpi=on"
-KERNEL_ARGS = (
-    "console=ttyS0 quiet loglevel=1 reboot=t panic=-1 i8042.noaux i8042.nomux i8042.nopnp "
-    "i8042.dumbkbd 8250.nr_uarts=1 pci=off tsc=reliable no_timer_check cryptomgr.notests "
-    "random.trust_cpu=on rcupdate.rcu_expedited=1"
-)
 # How long after start QEMU gets to answer, per accelerator (boot vs. restore), in seconds.
 _READY_TIMEOUT = {
     ("kvm", False): 20.0,
@@ -89,166 +94,6 @@ _READY_TIMEOUT = {
 # Saving ~0.5 GiB of guest memory to a file.
 _SAVE_TIMEOUT = 120.0
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
-
-
-@dataclass(frozen=True)
-class Accelerator:
-    name: str  # "kvm" or "tcg"
-    reason: str
-
-    @property
-    def qemu_args(self) -> list[str]:
-        if self.name == "kvm":
-            # -cpu host alone trips a QEMU 7.2 assertion setting MSR 0x10a.
-            return ["-accel", "kvm", "-cpu", "host,-arch-capabilities"]
-        # QEMU's default translation cache is 1 GiB per VM; a browser's working set fits in
-        # far less, and the rest would be resident memory for nothing.
-        return ["-accel", "tcg,tb-size=256", "-cpu", "max"]
-
-    @property
-    def label(self) -> str:
-        return "KVM (hardware virtualization)" if self.name == "kvm" else "TCG (software emulation)"
-
-    @property
-    def warning(self) -> str:
-        if self.name == "kvm":
-            return ""
-        return (
-            f"No hardware virtualization on this host ({self.reason}). The microVM runs under "
-            "QEMU's software emulator: same isolation, but pages take tens of seconds to load."
-        )
-
-    @property
-    def time_scale(self) -> float:
-        """How much longer a browser action takes in the guest than on the host (a page load
-        and click measured ~60 times as long under TCG); step timeouts are stretched by it."""
-        return 1.5 if self.name == "kvm" else 40.0
-
-
-def choose_accelerator(setting: str) -> Accelerator:
-    """``auto``: KVM where hardware virtualization really works, otherwise TCG. ``kvm`` insists."""
-    from pandaweb.kvm import detect
-
-    if setting not in {"auto", "kvm", "tcg"}:
-        raise SandboxError(f"microVM accelerator {setting!r} is not one of auto, kvm, tcg")
-    if setting == "tcg":
-        return Accelerator("tcg", "chosen by PANDAWEB_MICROVM_ACCEL=tcg")
-    status = detect()
-    if status.usable:
-        return Accelerator("kvm", status.reason)
-    if setting == "kvm":
-        raise SandboxError(
-            f"PANDAWEB_MICROVM_ACCEL=kvm, but KVM is not usable here: {status.reason}"
-        )
-    return Accelerator("tcg", status.reason)
-
-
-def _env_int(name: str, default: int, minimum: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SandboxError(f"{name}={raw!r} is not a whole number") from None
-    if value < minimum:
-        raise SandboxError(f"{name}={value} is below the minimum of {minimum}")
-    return value
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _tail(path: Path, lines: int = 10) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(line for line in text.splitlines()[-lines:] if line.strip())
-
-
-def _push_clock(port: int, timeout: float, done: threading.Event, netns: str = "") -> None:
-    """Set the guest's clock to the host's, and ``done`` once the guest confirms it.
-
-    A restored guest wakes up at the time it was saved, and a clock hours behind breaks TLS
-    certificate checks and cookie expiry. The guest says "ready" before it reads, so the time
-    sent is fresh when it is applied, however slowly the guest started its side.
-    """
-    try:
-        if netns:
-            # This thread only: the forward listens in QEMU's namespace.
-            cdp_gate.enter_network_namespace(netns)
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
-            answers = conn.makefile("rb")
-            if answers.readline(100).strip() != b"ready":
-                return
-            conn.sendall(f"time {time.time():.3f}\n".encode())
-            if answers.readline(200).startswith(b"ok "):
-                done.set()
-    except OSError:
-        return
-
-
-def _network_namespace_tools() -> tuple[str, str] | None:
-    """``unshare`` and ``ip`` when this worker may give QEMU a network namespace (root, so the
-    gate may enter it too), else None."""
-    if os.geteuid() != 0:
-        return None
-    search = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    unshare, ip = shutil.which("unshare", path=search), shutil.which("ip", path=search)
-    return (unshare, ip) if unshare and ip else None
-
-
-def _own_namespace(qemu: subprocess.Popen[bytes], timeout: float = 10.0) -> str:
-    """The path of QEMU's network namespace, once unshare has made it (the gate must not enter
-    the host's by starting first)."""
-    host = os.readlink("/proc/self/ns/net")
-    path = f"/proc/{qemu.pid}/ns/net"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if qemu.poll() is not None:
-            raise SandboxError("QEMU exited before its network namespace was made")
-        with contextlib.suppress(OSError):
-            if os.readlink(path) != host:
-                return path
-        time.sleep(0.005)
-    raise SandboxError(f"QEMU's network namespace was not made within {timeout:g} s")
-
-
-def _spawn_gate(workdir: Path, upstream: str, netns: str) -> subprocess.Popen[bytes]:
-    atomic_write(workdir / cdp_gate.SECRET_FILE, secrets.token_urlsafe(32))
-    with open(workdir / "cdp-gate.log", "wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-S", cdp_gate.__file__, str(workdir), upstream, netns],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=workdir,
-            # Its own session, like the proxy relay: the workdir on its command line is what
-            # stop_browser() and the watchdog find it by.
-            start_new_session=True,
-            close_fds=True,
-        )
-
-
-def _gate_listens(vm: _VM) -> bool:
-    if vm.gate is not None and vm.gate.poll() is not None:
-        raise SandboxError(f"the microVM's CDP gate exited: {_tail(vm.workdir / 'cdp-gate.log')}")
-    return (vm.workdir / cdp_gate.PORT_FILE).exists()
-
-
-def _host_tsc_khz() -> int | None:
-    """The host CPU's clock rate: under TCG the guest's TSC ticks at it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("cpu MHz"):
-                return round(float(line.split(":", 1)[1]) * 1000)
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 @contextlib.contextmanager
@@ -262,60 +107,19 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-@dataclass
-class _VM:
-    """A QEMU process being started, with what is needed to finish or abandon it."""
-
-    workdir: Path
-    qemu: subprocess.Popen[bytes]
-    watchdog: subprocess.Popen[bytes]
-    cdp_port: int
-    control_port: int
-    # QEMU's own network namespace ("" when this host cannot make one), where its forwards
-    # listen, and the CDP gate that is the host's only way to them.
-    netns: str = ""
-    gate: subprocess.Popen[bytes] | None = None
-    relay: subprocess.Popen[bytes] | None = None
-
-    @property
-    def procs(self) -> list[subprocess.Popen[bytes]]:
-        return [p for p in (self.qemu, self.watchdog, self.gate, self.relay) if p is not None]
-
-    @property
-    def cdp_url(self) -> str:
-        """The browser's address for this host's processes: behind the gate with the VM's
-        secret, or (without a namespace) QEMU's forward itself."""
-        if self.gate is None:
-            return f"http://127.0.0.1:{self.cdp_port}"
-        port = (self.workdir / cdp_gate.PORT_FILE).read_text().strip()
-        secret = (self.workdir / cdp_gate.SECRET_FILE).read_text().strip()
-        return f"http://127.0.0.1:{port}/{secret}"
-
-
 class MicroVMBackend(WorkdirSandboxes):
     """QEMU ``-M microvm`` per run, restored from a saved state, watched by a dead-man's switch."""
 
     name = "microvm"
 
-    def __init__(
-        self,
-        root: Path | str | None = None,
-        *,
-        images: Path | str | None = None,
-        accelerator: str | None = None,
-        memory_mib: int | None = None,
-        restore: bool = True,
-        pool_size: int | None = None,
-    ) -> None:
-        self.root = Path(root) if root is not None else default_root()
-        self.images = Path(images) if images is not None else image_root()
-        self.accelerator_setting = (
-            accelerator or os.environ.get("PANDAWEB_MICROVM_ACCEL", "").strip() or "auto"
-        )
-        self.memory_mib = memory_mib or _env_int("PANDAWEB_MICROVM_MEMORY_MIB", 1024, 256)
+    def __init__(self, config: EngineConfig, *, restore: bool = True) -> None:
+        self.root = config.sandbox_dir
+        self.images = config.microvm_image_dir
+        self.accelerator_setting = config.microvm_accelerator
+        self.memory_mib = config.microvm_memory_mib
         # False boots every VM from scratch: only for measuring what restoring saves.
         self.restore = restore
-        self.pool_size = _env_int("PANDAWEB_MICROVM_POOL", 0, 0) if pool_size is None else pool_size
+        self.pool_size = config.microvm_pool
         self._accelerator: Accelerator | None = None
 
     @property
@@ -407,7 +211,7 @@ class MicroVMBackend(WorkdirSandboxes):
         *,
         state: Path | None,
         deadline: float,
-    ) -> _VM:
+    ) -> VM:
         ensure_root(self.root)
         workdir = self.root / name
         try:
@@ -418,9 +222,9 @@ class MicroVMBackend(WorkdirSandboxes):
         try:
             (workdir / MARKER).touch(mode=0o600)
             atomic_write(workdir / DEADLINE_FILE, repr(deadline))
-            cdp_port, control_port = _free_port(), _free_port()
+            cdp_port, control_port = free_port(), free_port()
             argv = self._qemu_argv(workdir, image, window, cdp_port, control_port, state)
-            isolated = _network_namespace_tools()
+            isolated = network_namespace_tools()
             if isolated is not None:
                 unshare, ip = isolated
                 # QEMU's forwards listen in a namespace of their own, which no other process
@@ -443,10 +247,10 @@ class MicroVMBackend(WorkdirSandboxes):
             atomic_write(workdir / PGID_FILE, f"{qemu.pid} {qemu.pid}")
             # Started at once: a worker killed while the VM boots is covered too.
             watchdog = spawn_watchdog(workdir, qemu.pid)
-            vm = _VM(workdir, qemu, watchdog, cdp_port, control_port)
+            vm = VM(workdir, qemu, watchdog, cdp_port, control_port)
             if isolated is not None:
-                vm.netns = _own_namespace(qemu)
-                vm.gate = _spawn_gate(workdir, f"tcp:127.0.0.1:{cdp_port}", vm.netns)
+                vm.netns = own_namespace(qemu)
+                vm.gate = spawn_gate(workdir, f"tcp:127.0.0.1:{cdp_port}", vm.netns)
         except BaseException as exc:
             if qemu is not None:
                 qemu.kill()
@@ -519,7 +323,7 @@ class MicroVMBackend(WorkdirSandboxes):
         # On a loaded host the kernel's TSC calibration against the emulated PIT fails and boot
         # hangs on a clock it marked unstable; under TCG the TSC ticks at the host's rate, so
         # that rate is given instead of measured.
-        khz = _host_tsc_khz()
+        khz = host_tsc_khz()
         return f"{KERNEL_ARGS} tsc_early_khz={khz}" if khz else KERNEL_ARGS
 
     def _spawn_relay(self, workdir: Path, proxy_url: str) -> subprocess.Popen[bytes]:
@@ -545,7 +349,7 @@ class MicroVMBackend(WorkdirSandboxes):
                 close_fds=True,
             )
 
-    def _wait_ready(self, vm: _VM, *, restored: bool, t0: float) -> dict[str, Any]:
+    def _wait_ready(self, vm: VM, *, restored: bool, t0: float) -> dict[str, Any]:
         timeout = _READY_TIMEOUT[(self.accelerator.name, restored)]
         clock_set = threading.Event()
         pusher: threading.Thread | None = None
@@ -560,12 +364,12 @@ class MicroVMBackend(WorkdirSandboxes):
             elif pusher is None or (not pusher.is_alive() and not clock_set.is_set()):
                 # The clock is set while CDP comes up: they cost the guest separate processes.
                 pusher = threading.Thread(
-                    target=_push_clock,
+                    target=push_clock,
                     args=(vm.control_port, 30.0, clock_set, vm.netns),
                     daemon=True,
                 )
                 pusher.start()
-            if running and version is None and (vm.gate is None or _gate_listens(vm)):
+            if running and version is None and (vm.gate is None or gate_listens(vm)):
                 version = json_version(vm.cdp_url, timeout=2.0)
             if version is not None and clock_set.wait(0.05):
                 return version
@@ -575,7 +379,7 @@ class MicroVMBackend(WorkdirSandboxes):
                 )
             time.sleep(0.02)
 
-    def _resume(self, vm: _VM) -> bool:
+    def _resume(self, vm: VM) -> bool:
         """Start a restored VM once its state is loaded; True when it runs."""
         if not (vm.workdir / "qmp.sock").exists():
             return False  # QEMU has not opened its monitor yet
@@ -589,15 +393,15 @@ class MicroVMBackend(WorkdirSandboxes):
             return False  # the monitor socket is not there yet
         return True
 
-    def _failure(self, vm: _VM, what: str) -> str:
+    def _failure(self, vm: VM, what: str) -> str:
         parts = [what]
         for name in ("qemu.log", "serial.log"):
-            tail = _tail(vm.workdir / name)
+            tail = log_tail(vm.workdir / name)
             if tail:
                 parts.append(f"last lines of {name}:\n{tail}")
         return "; ".join(parts)
 
-    def _abandon(self, vm: _VM) -> None:
+    def _abandon(self, vm: VM) -> None:
         with contextlib.suppress(FileNotFoundError):
             (vm.workdir / DEADLINE_FILE).unlink()
         for proc in vm.procs:
@@ -632,7 +436,7 @@ class MicroVMBackend(WorkdirSandboxes):
             # --force rebuilds an image in place (same inputs, newer Debian updates).
             "files": image.manifest.get("sha256"),
             "window": list(window),
-            "qemu": _qemu_version(),
+            "qemu": qemu_version(),
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
@@ -718,24 +522,6 @@ class MicroVMBackend(WorkdirSandboxes):
             raise SandboxError(f"sandbox record of {sandbox.run_key} names workdir {workdir}")
 
 
-_QEMU_VERSION: str | None = None
-
-
-def _qemu_version() -> str:
-    global _QEMU_VERSION
-    if _QEMU_VERSION is None:
-        try:
-            out = subprocess.run(
-                [QEMU, "--version"], capture_output=True, text=True, timeout=10, check=True
-            ).stdout
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise SandboxError(
-                f"{QEMU} is not usable here ({exc}): install Debian's qemu-system-x86"
-            ) from exc
-        _QEMU_VERSION = out.splitlines()[0] if out else "unknown"
-    return _QEMU_VERSION
-
-
 class _WarmPool:
     """VMs restored ahead of time, each handed to exactly one run (never reused).
 
@@ -750,7 +536,7 @@ class _WarmPool:
         self, backend: MicroVMBackend, image: GuestImage, window: tuple[int, int], size: int
     ) -> None:
         self.backend, self.image, self.window, self.size = backend, image, window, size
-        self._idle: list[_VM] = []
+        self._idle: list[VM] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._wanted = threading.Event()
@@ -758,7 +544,7 @@ class _WarmPool:
             threading.Thread(target=self._fill_forever, name="microvm-pool", daemon=True).start()
             atexit.register(self.close)
 
-    def take(self) -> _VM | None:
+    def take(self) -> VM | None:
         with self._lock:
             while self._idle:
                 vm = self._idle.pop(0)
@@ -799,7 +585,7 @@ class _WarmPool:
             self._wanted.wait(60)
             self._wanted.clear()
 
-    def _restore_one(self) -> _VM:
+    def _restore_one(self) -> VM:
         state = self.backend.ensure_base_state(self.image, self.window)
         t0 = time.monotonic()
         vm = self.backend._launch(

@@ -2,7 +2,7 @@
 
 No Django imports. ``/dev/kvm`` answering is not enough: on PVM hosts (module ``kvm_pvm``, no
 ``vmx``/``svm`` CPU flag) a stock guest kernel fails, so only hardware virtualization counts.
-Run as ``python -m pandaweb.kvm`` for a one-line report.
+Run as ``python -m sessions.engine.sandbox.microvm.kvm`` for a one-line report.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from urllib.parse import urlsplit
 
 # Chromium features that talk to Google on their own: autofill field predictions, optimization
 # hints and on-device models, the network time service, translation, Cast discovery, the
@@ -65,12 +66,12 @@ HEADLESS_ARGS: tuple[str, ...] = (
 _CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
-def find_chromium() -> str | None:
+def find_chromium(configured: str = "") -> str | None:
     """Return the path of the Chromium to drive, or None to let Playwright use its own build.
 
-    ``PANDAWEB_CHROMIUM`` wins when set; it must name an executable file.
+    ``configured`` (``EngineConfig.chromium``, from ``PANDAWEB_CHROMIUM``) wins when set; it must
+    name an executable file.
     """
-    configured = os.environ.get("PANDAWEB_CHROMIUM", "").strip()
     if configured:
         if not (Path(configured).is_file() and os.access(configured, os.X_OK)):
             raise FileNotFoundError(f"PANDAWEB_CHROMIUM={configured!r} is not an executable file")
@@ -144,3 +145,30 @@ def write_profile_preferences(user_data_dir: Path) -> None:
     default = user_data_dir / "Default"
     default.mkdir(parents=True, exist_ok=True, mode=0o700)
     (default / "Preferences").write_text(json.dumps(PROFILE_PREFERENCES))
+
+
+def chromium_proxy_args(proxy_url: str) -> list[str]:
+    """Chromium switches that send all of the browser's traffic through ``proxy_url``.
+
+    Each switch was checked against Chromium 156 with a loopback portal, a loopback sink and a
+    page that also loads an unlisted IP, an unlisted name and opens a WebRTC connection.
+    """
+    host = urlsplit(proxy_url).hostname or ""
+    proxy_host = f"[{host}]" if ":" in host else host
+    return [
+        f"--proxy-server={proxy_url}",
+        # Chromium never proxies localhost/127.0.0.0/8/[::1] unless told so; "<-loopback>" removes
+        # that implicit bypass. Without it the loopback portal was fetched directly (the proxy
+        # counted no request), so a page could reach the machine's own services unchecked.
+        "--proxy-bypass-list=<-loopback>",
+        # HTTP/3 runs over UDP, which an HTTP proxy does not carry.
+        "--disable-quic",
+        # Proxied names are handed to the proxy unresolved anyway; this is the second line: any
+        # connection that would skip the proxy fails to resolve, IP literals included (with the
+        # loopback bypass left on, the unlisted 127.0.0.9 still got nothing). The rule covers
+        # IP literals, so the proxy's own address must be excluded or nothing loads.
+        f"--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE {proxy_host}",
+        # WebRTC sends STUN/TURN over UDP straight to the network: without this switch a page's
+        # RTCPeerConnection sent UDP packets to an unlisted address around the proxy.
+        "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    ]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pandaweb.kvm import detect
+from sessions.engine.sandbox.microvm.kvm import detect
 
 PVM_MODULES = "kvm_pvm 188416 0 - Live 0x0\nkvm 1142784 1 kvm_pvm, Live 0x0\n"
 INTEL_MODULES = "kvm_intel 409600 0 - Live 0x0\nkvm 1142784 1 kvm_intel, Live 0x0\n"
