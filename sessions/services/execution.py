@@ -59,8 +59,6 @@ def run_execute(*, run_id: int) -> None:
             run, S.STARTING, worker=worker_name(),
             heartbeat_at=now, started_at=now, deadline_at=now + ttl,
         )  # fmt: skip
-    # Imported here: the browser machinery is only needed where runs execute.
-
     sink = RunSink(run_id)
     fork = None
     if document.get("session"):
