@@ -3,7 +3,7 @@
 A portal renamed a button, or added a second one with the same name: the step failed and its
 observation lists what the page showed instead. Each candidate is an element of that
 observation, ranked by how much it looks like what the step wanted (the same kind of element,
-a similar name, shared words, its place among the elements of its kind), with the reasons in
+a similar name, shared words, its place among elements of one name), with the reasons in
 words, and the target that would find it. Nothing here changes a workflow: a person picks one,
 and the draft that records the choice is published the normal way. No Django, no browser.
 """
@@ -24,6 +24,8 @@ FIELD_ROLES = frozenset(
 )
 # Below this, an element is too unlike the target to be worth a person's look.
 MINIMUM_SCORE = 0.4
+# Elements that share a role and a name are proposed by their place, the first few only.
+MAX_PLACES = 5
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -38,7 +40,7 @@ class Candidate:
     target: Target
     score: float
     reasons: tuple[str, ...]
-    # How many elements of the same observation the proposed target would find (1 is the aim).
+    # How many elements of the same observation the proposed target would find.
     matches: int
 
 
@@ -49,33 +51,41 @@ def heal_candidates(
     first, at most ``limit``."""
     wanted = target.readable_name
     roles = _roles_meant(target)
-    named = [e for e in elements if str(e.get("name") or "").strip() and e.get("role")]
+    # Elements by what a target can tell apart (role and name): a 1,000-row table holds 1,000
+    # buttons named "View".
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for element in elements:
+        name = " ".join(str(element.get("name") or "").split())
+        if name and element.get("role"):
+            groups.setdefault((str(element["role"]), name), []).append(element)
     found: list[Candidate] = []
-    for element in named:
-        role, name = str(element["role"]), " ".join(str(element["name"]).split())
+    for (role, name), alike in groups.items():
         score, reasons = _likeness(wanted, roles, role, name)
-        if role in roles and sum(1 for e in named if e["role"] == role) == 1:
-            score += 0.15
-            reasons.append(f"the only {role} on the page")
-        if score < MINIMUM_SCORE:
+        # The kind of element alone proposes nothing: on a page whose only button is "Log out",
+        # that button is no candidate for "Submit payment".
+        named_alike = len(reasons) > (1 if role in roles else 0)
+        if score < MINIMUM_SCORE or (wanted and not named_alike):
             continue
-        alike = [e for e in named if e["role"] == role and " ".join(str(e["name"]).split()) == name]
-        proposed = _target_for(target, role, name, alike, element)
-        if len(alike) > 1:
-            place = alike.index(element) + 1
-            reasons.append(f"number {place} of {len(alike)} elements with this name")
-        found.append(
-            Candidate(
-                number=int(element.get("number") or 0),
-                role=role,
-                name=name,
-                box=element.get("box"),
-                target=proposed,
-                score=round(score, 3),
-                reasons=tuple(reasons),
-                matches=1 if len(alike) == 1 or proposed.nth is not None else len(alike),
+        for place, element in enumerate(alike[:MAX_PLACES]):
+            found.append(
+                Candidate(
+                    number=int(element.get("number") or 0),
+                    role=role,
+                    name=name,
+                    box=element.get("box"),
+                    target=_target_for(target, role, name, place if len(alike) > 1 else None),
+                    score=round(score, 3),
+                    reasons=(
+                        *reasons,
+                        *(
+                            [f"number {place + 1} of {len(alike)} elements with this name"]
+                            if len(alike) > 1
+                            else []
+                        ),
+                    ),
+                    matches=1,
+                )
             )
-        )
     found.sort(key=lambda c: (-c.score, c.number))
     return found[:limit]
 
@@ -109,16 +119,9 @@ def _likeness(wanted: str, roles: frozenset[str], role: str, name: str) -> tuple
     return score, reasons
 
 
-def _target_for(
-    original: Target,
-    role: str,
-    name: str,
-    alike: list[Mapping[str, Any]],
-    element: Mapping[str, Any],
-) -> Target:
+def _target_for(original: Target, role: str, name: str, nth: int | None) -> Target:
     """The target a person would write for this element: the original's way of naming (a label
     stays a label), by role and name otherwise; ``nth`` only when the name is not enough."""
-    nth = alike.index(element) if len(alike) > 1 else None
     frame = list(original.frame)
     if original.kind in ("label", "placeholder") and role in FIELD_ROLES:
         return Target.model_validate(

@@ -120,7 +120,7 @@ def test_a_renamed_button_is_picked_on_the_failed_step_s_page_and_goes_into_a_dr
 def test_an_irreversible_step_is_healed_only_when_its_id_is_typed(
     operator: User, demo_workflow: Workflow, author: Client, run_files_in_tmp: Path
 ) -> None:
-    run = failed_at(operator, demo_workflow, SUBMIT, "submit-payment", ["Pay the invoice now"])
+    run = failed_at(operator, demo_workflow, SUBMIT, "submit-payment", ["Submit the payment"])
     url = f"/runs/{run.pk}/steps/{SUBMIT}/heal/"
 
     assert "is irreversible" in author.get(url).content.decode()
@@ -132,7 +132,7 @@ def test_an_irreversible_step_is_healed_only_when_its_id_is_typed(
     author.post(url, {"field": "target", "number": 1, "confirm": "submit-payment"})
 
     healed = draft_step(demo_workflow, "submit-payment")
-    assert healed["target"]["name"] == "Pay the invoice now"
+    assert healed["target"]["name"] == "Submit the payment"
     assert healed["irreversible"] is True
 
 
