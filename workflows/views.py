@@ -147,6 +147,9 @@ def workflow_import(request: AuthenticatedRequest) -> HttpResponse:
         else:
             try:
                 workflow = services.workflow_import(user=request.user, text=upload.read())
+            except services.ImportUnchanged as exc:
+                messages.info(request, f"Nothing was imported: {exc}; no draft was made.")
+                return redirect("workflows:detail", slug=exc.workflow.slug)
             except services.ImportRefused as exc:
                 problems = [str(p) for p in exc.problems]
             except services.WorkflowError as exc:

@@ -286,6 +286,25 @@ def test_importing_over_an_existing_slug_replaces_only_its_draft(
     assert v1.document["settings"]["step_budget"] == 40
 
 
+def test_importing_the_latest_version_again_says_nothing_changed_and_makes_no_draft(
+    operator: User, acme_credential: Credential
+) -> None:
+    workflow = services.workflow_import(user=operator, text=EXAMPLE.read_bytes())
+    services.workflow_publish(workflow_id=workflow.pk, user=operator, message="v1")
+    # The same content, written differently: key order, a default spelled out, comments.
+    text = "# exported again\n" + EXAMPLE.read_text()
+    events = AuditEvent.objects.count()
+
+    with pytest.raises(services.ImportUnchanged) as unchanged:
+        services.workflow_import(user=operator, text=text)
+
+    assert str(unchanged.value) == (
+        "nothing changed: 'Pay an Acme invoice' v1 is this file already"
+    )
+    assert list(workflow.versions.values_list("status", flat=True)) == ["published"]
+    assert AuditEvent.objects.count() == events
+
+
 def test_credentials_are_encrypted_at_rest(acme_credential: Credential) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT * FROM workflows_credential")

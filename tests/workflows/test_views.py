@@ -138,6 +138,25 @@ def test_import_page_lists_every_problem_and_saves_nothing(operator: User) -> No
     assert not Workflow.objects.exists()
 
 
+def test_importing_an_unchanged_file_says_so_on_the_workflow_s_page(
+    operator: User, workflow: Workflow
+) -> None:
+    client = Client()
+    client.force_login(operator)
+    _, text = services.version_export(
+        version_id=workflow.versions.get(number=1).pk, user=operator, fmt="yaml"
+    )
+
+    response = client.post(
+        "/workflows/import/", {"file": SimpleUploadedFile("w.yaml", text.encode())}, follow=True
+    )
+
+    body = response.content.decode()
+    assert "Nothing was imported: nothing changed" in body
+    assert "v1 is this file already; no draft was made." in body
+    assert not workflow.versions.filter(status="draft").exists()
+
+
 def test_the_diff_page_shows_changes_field_by_field(operator: User, workflow: Workflow) -> None:
     services.step_save(
         workflow_id=workflow.pk,

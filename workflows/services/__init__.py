@@ -28,7 +28,12 @@ from workflows.services.editing import (
     step_target_heal,
 )
 from workflows.services.errors import WorkflowError
-from workflows.services.files import ImportRefused, version_export, workflow_import
+from workflows.services.files import (
+    ImportRefused,
+    ImportUnchanged,
+    version_export,
+    workflow_import,
+)
 from workflows.services.lifecycle import (
     workflow_create,
     workflow_set_archived,
@@ -44,6 +49,7 @@ from workflows.services.publishing import (
 __all__ = [
     "DraftReview",
     "ImportRefused",
+    "ImportUnchanged",
     "PublishRefused",
     "WorkflowError",
     "credential_create",

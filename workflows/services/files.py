@@ -27,6 +27,7 @@ from workflows.schema import (
     document_problems,
 )
 from workflows.services.drafts import (
+    content_hash,
     credential_kinds,
     draft_get_or_create,
     identity_of,
@@ -42,6 +43,15 @@ class ImportRefused(WorkflowError):
     def __init__(self, problems: list[LocatedProblem]) -> None:
         super().__init__("the file was not imported")
         self.problems = problems
+
+
+class ImportUnchanged(WorkflowError):
+    """The file is the workflow's latest version, and there is no draft: nothing to import."""
+
+    def __init__(self, workflow: Workflow, version: int) -> None:
+        super().__init__(f"nothing changed: '{workflow.name}' v{version} is this file already")
+        self.workflow = workflow
+        self.version = version
 
 
 @transaction.atomic
@@ -80,6 +90,7 @@ def workflow_import(*, user: User, text: str | bytes) -> Workflow:
     else:
         workflow = lock_workflow(existing.pk)
         refuse_archived(workflow)
+        _refuse_unchanged(workflow, document)
         before = {**identity_of(workflow), "settings": settings_of(workflow)}
     data = canonical_data(document)
     workflow.name = document.name
@@ -123,6 +134,21 @@ def workflow_import(*, user: User, text: str | bytes) -> Workflow:
         extra={"draft": draft.pk, "sha256": hashlib.sha256(source.encode()).hexdigest()},
     )
     return workflow
+
+
+def _refuse_unchanged(workflow: Workflow, document: WorkflowDocument) -> None:
+    """A file equal to the latest version would only make a draft that publishes the same
+    content again: say so instead. With a draft, the file replaces the draft as always."""
+    if workflow.versions.filter(status=WorkflowVersion.Status.DRAFT).exists():
+        return
+    latest = (
+        workflow.versions.filter(status=WorkflowVersion.Status.PUBLISHED)
+        .order_by("-number")
+        .first()
+    )
+    if latest is not None and latest.content_hash == content_hash(document):
+        assert latest.number is not None
+        raise ImportUnchanged(workflow, latest.number)
 
 
 @transaction.atomic
