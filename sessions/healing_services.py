@@ -14,7 +14,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
-from sessions.engine.healing import Candidate, heal_candidates
+from sessions.engine.healing import Candidate, Place, heal_candidates, place_of
 from sessions.engine.pictures import outline_target
 from sessions.engine.steps.base import StepBase
 from sessions.engine.steps.language import Target
@@ -59,8 +59,36 @@ def heal_proposal(run: Run, result: StepResult, field: str = "") -> HealProposal
     if chosen not in targets:
         raise HealingUnavailable(f"step '{step.id}' has no target '{chosen}'")
     elements: list[dict[str, Any]] = (result.observation or {}).get("elements") or []
-    candidates = heal_candidates(targets[chosen], elements)
+    was = _last_place(run, result, targets[chosen])
+    candidates = heal_candidates(targets[chosen], elements, was=was)
     return HealProposal(run, result, step, targets, chosen, candidates)
+
+
+def _last_place(run: Run, result: StepResult, target: Target) -> Place | None:
+    """Where the target's element was on the page the step last acted on successfully (the page
+    before it: the previous step's observation), in this workflow's most recent passing run."""
+    passed = (
+        StepResult.objects.filter(
+            run__version__workflow_id=run.version.workflow_id,
+            step_id=result.step_id,
+            status=StepResult.Status.SUCCEEDED,
+            index__gt=0,
+        )
+        .exclude(run_id=run.pk)
+        .order_by("-run_id")
+        .values_list("run_id", "index")
+        .first()
+    )
+    if passed is None:
+        return None
+    run_id, index = passed
+    before = (
+        StepResult.objects.filter(run_id=run_id, index=index - 1)
+        .values_list("observation", flat=True)
+        .first()
+    )
+    elements = (before or {}).get("elements") or []
+    return place_of(target, elements, f"when run #{run_id} passed")
 
 
 def heal_apply(

@@ -44,29 +44,58 @@ class Candidate:
     matches: int
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where the target's element was the last time the step passed: the ``ordinal``-th element
+    (0-based, in document order) of ``role``, ``seen`` saying when, in words."""
+
+    role: str
+    ordinal: int
+    seen: str
+
+
 def heal_candidates(
-    target: Target, elements: Sequence[Mapping[str, Any]], *, limit: int = 5
+    target: Target,
+    elements: Sequence[Mapping[str, Any]],
+    *,
+    was: Place | None = None,
+    limit: int = 5,
 ) -> list[Candidate]:
     """The elements of ``elements`` (an observation's, as recorded) most like ``target``, best
-    first, at most ``limit``."""
+    first, at most ``limit``; ``was`` adds the element in the place the target's element had."""
     wanted = target.readable_name
     roles = _roles_meant(target)
     # Elements by what a target can tell apart (role and name): a 1,000-row table holds 1,000
-    # buttons named "View".
+    # buttons named "View". Each element's place among those of its role, in document order.
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    ordinals: dict[int, int] = {}
+    per_role: dict[str, int] = {}
     for element in elements:
+        role = str(element.get("role") or "")
+        ordinals[id(element)] = per_role.get(role, 0)
+        per_role[role] = ordinals[id(element)] + 1
         name = " ".join(str(element.get("name") or "").split())
-        if name and element.get("role"):
-            groups.setdefault((str(element["role"]), name), []).append(element)
+        if name and role:
+            groups.setdefault((role, name), []).append(element)
     found: list[Candidate] = []
     for (role, name), alike in groups.items():
         score, reasons = _likeness(wanted, roles, role, name)
         # The kind of element alone proposes nothing: on a page whose only button is "Log out",
         # that button is no candidate for "Submit payment".
         named_alike = len(reasons) > (1 if role in roles else 0)
-        if score < MINIMUM_SCORE or (wanted and not named_alike):
-            continue
-        for place, element in enumerate(alike[:MAX_PLACES]):
+        for place, element in enumerate(alike):
+            at_place = was is not None and role == was.role and ordinals[id(element)] == was.ordinal
+            if place >= MAX_PLACES and not at_place:
+                continue
+            total, why = score, list(reasons)
+            if at_place:
+                assert was is not None
+                total += 0.25
+                why.append(f"where the {role} was {was.seen} ({_ordinal(was.ordinal + 1)} {role})")
+            if total < MINIMUM_SCORE or (wanted and not (named_alike or at_place)):
+                continue
+            if len(alike) > 1:
+                why.append(f"number {place + 1} of {len(alike)} elements with this name")
             found.append(
                 Candidate(
                     number=int(element.get("number") or 0),
@@ -74,20 +103,36 @@ def heal_candidates(
                     name=name,
                     box=element.get("box"),
                     target=_target_for(target, role, name, place if len(alike) > 1 else None),
-                    score=round(score, 3),
-                    reasons=(
-                        *reasons,
-                        *(
-                            [f"number {place + 1} of {len(alike)} elements with this name"]
-                            if len(alike) > 1
-                            else []
-                        ),
-                    ),
+                    score=round(total, 3),
+                    reasons=tuple(why),
                     matches=1,
                 )
             )
     found.sort(key=lambda c: (-c.score, c.number))
     return found[:limit]
+
+
+def place_of(target: Target, elements: Sequence[Mapping[str, Any]], seen: str) -> Place | None:
+    """Where ``target``'s element is among ``elements`` (a page the step acted on), or None when
+    no element has its role (or a field's role) and its exact name."""
+    wanted = target.readable_name.casefold()
+    roles = _roles_meant(target)
+    per_role: dict[str, int] = {}
+    for element in elements:
+        role = str(element.get("role") or "")
+        ordinal = per_role.get(role, 0)
+        per_role[role] = ordinal + 1
+        name = " ".join(str(element.get("name") or "").split()).casefold()
+        if wanted and role in roles and name == wanted:
+            return Place(role=role, ordinal=ordinal, seen=seen)
+    return None
+
+
+def _ordinal(number: int) -> str:
+    suffix = (
+        "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    )
+    return f"{number}{suffix}"
 
 
 def _roles_meant(target: Target) -> frozenset[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessions.engine.healing import heal_candidates
+from sessions.engine.healing import Place, heal_candidates, place_of
 from sessions.engine.steps.language import Target
 
 
@@ -65,3 +65,20 @@ def test_unnamed_elements_are_never_proposed() -> None:
     page = [element(1, "button", ""), {"number": 2, "role": "button", "name": None}]
 
     assert heal_candidates(Target(role="button", name="Submit"), page) == []
+
+
+def test_a_button_renamed_beyond_recognition_is_found_in_the_place_it_had() -> None:
+    before = [element(1, "button", "Back"), element(2, "button", "Submit"), element(3, "link", "?")]
+    after = [element(1, "button", "Back"), element(2, "button", "Send"), element(3, "link", "?")]
+    target = Target(role="button", name="Submit")
+
+    was = place_of(target, before, "when run #7 passed")
+    found = heal_candidates(target, after, was=was)
+
+    assert was == Place(role="button", ordinal=1, seen="when run #7 passed")
+    assert [(c.number, c.target) for c in found] == [
+        (2, Target(role="button", name="Send", exact=True))
+    ]
+    assert found[0].reasons[-1] == "where the button was when run #7 passed (2nd button)"
+    # Without the place, nothing in "Send" says it is "Submit".
+    assert heal_candidates(target, after) == []

@@ -169,3 +169,22 @@ def test_people_who_cannot_author_cannot_heal_and_a_step_that_succeeded_offers_n
     author.force_login(operator)
     answer = author.get(f"/runs/{run.pk}/steps/{REVIEW}/heal/", follow=True)
     assert "only a failed step is healed" in answer.content.decode()
+
+
+def test_the_place_the_button_had_when_the_step_last_passed_proposes_a_new_name(
+    operator: User, demo_workflow: Workflow, author: Client, run_files_in_tmp: Path
+) -> None:
+    passed = failed_at(operator, demo_workflow, REVIEW - 1, "fill-iban", ["Back", "Review payment"])
+    Run.objects.filter(pk=passed.pk).update(status=Run.Status.SUCCEEDED)
+    StepResult.objects.filter(run=passed).update(status=StepResult.Status.SUCCEEDED)
+    StepResult.objects.create(
+        run=passed, index=REVIEW, step_id="review", step_type="click", sentence="review",
+        status=StepResult.Status.SUCCEEDED, started_at=timezone.now(), duration_ms=100,
+    )  # fmt: skip
+    run = failed_at(operator, demo_workflow, REVIEW, "review", ["Back", "Continue"])
+
+    body = author.get(f"/runs/{run.pk}/steps/{REVIEW}/heal/").content.decode()
+
+    assert "[2] button “Continue”" in body
+    assert f"where the button was when run #{passed.pk} passed (2nd button)" in body
+    assert "“Back”" not in body
