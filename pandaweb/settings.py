@@ -542,6 +542,12 @@ PANDAWEB_BASE_URL = env_str("PANDAWEB_BASE_URL", "http://127.0.0.1:8000").rstrip
 
 # Chat approvals (Slack). Without a bot token no card is posted; without the signing secret every
 # callback is refused. The API URL is configurable so tests can point it at a fake on loopback.
+# Optional help from a language model (pandaweb/assist): an OpenAI-compatible endpoint, off when
+# empty. It only ever proposes; a person decides.
+ASSIST_URL = env_str("PANDAWEB_ASSIST_URL")
+ASSIST_MODEL = env_str("PANDAWEB_ASSIST_MODEL", "default")
+ASSIST_KEY = env_str("PANDAWEB_ASSIST_KEY")
+
 SLACK_BOT_TOKEN = env_str("PANDAWEB_SLACK_BOT_TOKEN")
 SLACK_SIGNING_SECRET = env_str("PANDAWEB_SLACK_SIGNING_SECRET")
 SLACK_API_URL = env_str("PANDAWEB_SLACK_API_URL", "https://slack.com/api/")

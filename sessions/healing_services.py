@@ -9,11 +9,12 @@ naming the failed run. Nothing changes at run time and nothing runs until the dr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib.auth.models import User
 
+from pandaweb.assist.services import assist_rank_candidates
 from sessions.engine.healing import Candidate, Place, heal_candidates, place_of
 from sessions.engine.pictures import outline_target
 from sessions.engine.steps.base import StepBase
@@ -89,6 +90,21 @@ def _last_place(run: Run, result: StepResult, target: Target) -> Place | None:
     )
     elements = (before or {}).get("elements") or []
     return place_of(target, elements, f"when run #{run_id} passed")
+
+
+def heal_ranked(proposal: HealProposal, *, user: User) -> HealProposal:
+    """The same candidates in the order the configured model proposes (those it left out last).
+    Raises ``ModelUnavailable`` when assistance is off or the model fails."""
+    order = assist_rank_candidates(
+        user=user,
+        run_id=proposal.run.pk,
+        step_kind=proposal.step.label.lower(),
+        looked_for=proposal.target.describe(),
+        candidates=proposal.candidates,
+    )
+    position = {number: place for place, number in enumerate(order)}
+    ranked = sorted(proposal.candidates, key=lambda c: position.get(c.number, len(order)))
+    return replace(proposal, candidates=ranked)
 
 
 def heal_apply(

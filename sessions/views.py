@@ -12,6 +12,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 
+from pandaweb.assist.client import ModelUnavailable
+from pandaweb.assist.services import assist_model
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
@@ -224,7 +226,15 @@ def step_heal(request: AuthenticatedRequest, run_id: int, index: int) -> HttpRes
         messages.error(request, f"This step cannot be healed: {exc}.")
         return redirect("runs:step", run_id=run.pk, index=index)
     errors: dict[str, list[str]] = {}
-    if request.method == "POST":
+    ranked_by = ""
+    if request.method == "POST" and request.POST.get("action") == "rank":
+        try:
+            proposal = healing_services.heal_ranked(proposal, user=request.user)
+        except ModelUnavailable as exc:
+            errors = {"": [f"The candidates keep their order: {exc}."]}
+        else:
+            ranked_by = settings.ASSIST_MODEL
+    elif request.method == "POST":
         number = request.POST.get("number", "")
         try:
             healing_services.heal_apply(
@@ -243,7 +253,14 @@ def step_heal(request: AuthenticatedRequest, run_id: int, index: int) -> HttpRes
                 "and publish: runs use it from the next version.",
             )
             return redirect("workflows:detail", slug=run.version.workflow.slug)
-    context = {"run": run, "result": result, "proposal": proposal, "errors": errors}
+    context = {
+        "run": run,
+        "result": result,
+        "proposal": proposal,
+        "errors": errors,
+        "assist": assist_model() is not None,
+        "ranked_by": ranked_by,
+    }
     return render(request, "sessions/heal.html", context, status=400 if errors else 200)
 
 

@@ -9,9 +9,11 @@ import pytest
 import yaml
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.test import Client
 
 from pandaweb.core.roles import Role
 from tests.factories import user_with_role
+from tests.patching import patch_dispatch
 from workflows import services as workflow_services
 from workflows.models import Credential, Workflow
 
@@ -114,3 +116,16 @@ def cdp_url(portal: str, tmp_path: Path) -> Iterator[str]:
             yield sandbox.cdp_url
         finally:
             backend.destroy(sandbox)
+
+
+@pytest.fixture
+def runs_stay_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These runs are put in their failed state by hand: nothing executes them."""
+    patch_dispatch(monkeypatch, lambda task, **kwargs: None)
+
+
+@pytest.fixture
+def author(operator: User) -> Client:
+    client = Client()
+    client.force_login(operator)
+    return client

@@ -15,65 +15,12 @@ from PIL import Image
 
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
-from sessions import services
 from sessions.models import Run, StepResult
 from tests.factories import user_with_role
-from tests.patching import patch_dispatch
+from tests.sessions.healing import REVIEW, SUBMIT, failed_at
 from workflows.models import Workflow, WorkflowVersion
 
-# The indexes of two steps of the demo workflow (workflows/examples/acme-pay-invoice.yaml).
-REVIEW, SUBMIT = 11, 13
-
-
-def element(number: int, role: str, name: str) -> dict[str, Any]:
-    box = {"x": 40.0 * number, "y": 100.0, "width": 120.0, "height": 30.0}
-    return {"number": number, "role": role, "name": name, "box": box, "interactive": True}
-
-
-def failed_at(
-    operator: User,
-    workflow: Workflow,
-    index: int,
-    step_id: str,
-    names: list[str],
-    role: str = "button",
-) -> Run:
-    """A run of ``workflow`` that failed at step ``index`` on a page with ``role`` elements
-    named ``names``."""
-    run = services.run_launch(
-        workflow_id=workflow.pk,
-        user=operator,
-        raw_inputs={"invoice": "INV-1001", "amount": "12.00"},
-    )
-    Run.objects.filter(pk=run.pk).update(
-        status=Run.Status.FAILED, failure_step=step_id, finished_at=timezone.now()
-    )
-    picture = io.BytesIO()
-    Image.new("RGB", (1280, 720), "white").save(picture, format="JPEG")
-    directory = services.run_files_dir(run.pk) / "steps"
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "shot.jpg").write_bytes(picture.getvalue())
-    StepResult.objects.create(
-        run=run, index=index, step_id=step_id, step_type="click", sentence=step_id,
-        status=StepResult.Status.FAILED, started_at=timezone.now(), duration_ms=10_000,
-        error="no button named 'Review payment' on http://127.0.0.1:8001/pay",
-        screenshot="steps/shot.jpg",
-        observation={"elements": [element(i + 1, role, n) for i, n in enumerate(names)]},
-    )  # fmt: skip
-    return run
-
-
-@pytest.fixture(autouse=True)
-def runs_stay_queued(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These runs are put in their failed state by hand: nothing executes them."""
-    patch_dispatch(monkeypatch, lambda task, **kwargs: None)
-
-
-@pytest.fixture
-def author(operator: User) -> Client:
-    client = Client()
-    client.force_login(operator)
-    return client
+pytestmark = pytest.mark.usefixtures("runs_stay_queued")
 
 
 def draft_step(workflow: Workflow, step_id: str) -> dict[str, Any]:

@@ -1,0 +1,100 @@
+"""Optional help from a language model, off unless an endpoint is configured
+(``PANDAWEB_ASSIST_URL``, ``PANDAWEB_ASSIST_MODEL``, ``PANDAWEB_ASSIST_KEY``).
+
+The model only ever proposes: here it orders healing candidates a person then picks from. What it
+reads is built from page words only (the step's kind, the target's description, each candidate's
+role, name and the reasons it was proposed): no typed value, no secret, no field's content. Every
+call is in the audit trail with its prompt's size and the model's answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from django.conf import settings
+from django.contrib.auth.models import User
+
+from pandaweb.assist.client import ChatModel, ModelUnavailable
+from pandaweb.audit.services import audit_record
+from sessions.engine.healing import Candidate
+
+RANKING_SYSTEM = (
+    "You help a person repair a browser automation step whose target element was renamed or "
+    "moved. You get what the step looked for and numbered candidate elements of the page. "
+    'Answer with JSON only: {"order": [numbers, most likely first]}, using only the numbers '
+    "given; leave out candidates that are clearly not the element."
+)
+_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+
+
+def assist_model() -> ChatModel | None:
+    """The configured model, or None: assistance is off by default."""
+    if not settings.ASSIST_URL:
+        return None
+    return ChatModel(url=settings.ASSIST_URL, model=settings.ASSIST_MODEL, key=settings.ASSIST_KEY)
+
+
+def assist_rank_candidates(
+    *,
+    user: User,
+    run_id: int,
+    step_kind: str,
+    looked_for: str,
+    candidates: Sequence[Candidate],
+) -> list[int]:
+    """The candidates' numbers in the order the model proposes (only numbers it was given).
+    Raises ModelUnavailable, in people's words, when assistance is off or the model fails."""
+    model = assist_model()
+    if model is None:
+        raise ModelUnavailable("no model is configured (PANDAWEB_ASSIST_URL)")
+    lines = [f"The {step_kind} step looked for {looked_for}.", "Candidates:"]
+    for candidate in candidates:
+        reasons = "; ".join(candidate.reasons)
+        lines.append(
+            f"[{candidate.number}] {candidate.role} {json.dumps(candidate.name)}: {reasons}"
+        )
+    prompt = "\n".join(lines)
+    try:
+        answer = model.ask(RANKING_SYSTEM, prompt)
+    except ModelUnavailable as exc:
+        _logged(user, run_id, model, prompt, answer="", error=str(exc))
+        raise
+    _logged(user, run_id, model, prompt, answer=answer, error="")
+    given = [c.number for c in candidates]
+    order = _numbers(answer)
+    return [number for number in dict.fromkeys(order) if number in given]
+
+
+def _numbers(answer: str) -> list[int]:
+    match = _JSON_OBJECT.search(answer)
+    try:
+        order = json.loads(match.group(0))["order"] if match else []
+    except (ValueError, KeyError, TypeError):
+        return []
+    return (
+        [n for n in order if isinstance(n, int) and not isinstance(n, bool)]
+        if isinstance(order, list)
+        else []
+    )
+
+
+def _logged(
+    user: User, run_id: int, model: ChatModel, prompt: str, *, answer: str, error: str
+) -> None:
+    audit_record(
+        action="assist.model_called",
+        object_type="run",
+        object_id=run_id,
+        actor=user,
+        after={
+            "purpose": "rank healing candidates",
+            "model": model.model,
+            "endpoint": model.url,
+            "prompt_chars": len(prompt),
+            "answer": answer[:4000],
+            **({"error": error[:500]} if error else {}),
+        },
+        run_id=run_id,
+    )

@@ -1,0 +1,79 @@
+"""A stand-in for an OpenAI-compatible chat endpoint, on loopback.
+
+A real model cannot run on this machine (no model API is reachable, and no local model is
+installed), so the tests talk to this: it speaks the chat completions API the product's client
+(the official ``openai`` SDK) uses, keeps every request for the test to read, and answers
+deterministically: the candidate numbers of the prompt in reverse order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class FakeModel:
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.failing = False
+
+    def answer(self, request: dict[str, Any]) -> str:
+        prompt = request["messages"][-1]["content"]
+        numbers = [int(n) for n in re.findall(r"^\[(\d+)\]", prompt, re.MULTILINE)]
+        return json.dumps({"order": list(reversed(numbers))})
+
+
+@contextmanager
+def fake_model_server() -> Iterator[tuple[FakeModel, str]]:
+    model = FakeModel()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            model.requests.append({"path": self.path, **body})
+            if model.failing:
+                self._send(500, {"error": {"message": "the model is overloaded"}})
+                return
+            self._send(
+                200,
+                {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": model.answer(body)},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                },
+            )
+
+        def _send(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield model, f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
