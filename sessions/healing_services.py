@@ -14,8 +14,9 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
-from pandaweb.assist.services import assist_rank_candidates
-from sessions.engine.healing import Candidate, Place, heal_candidates, place_of
+from pandaweb.assist.client import ModelUnavailable
+from pandaweb.assist.services import assist_choose_element, assist_rank_candidates
+from sessions.engine.healing import Candidate, Place, candidate_at, heal_candidates, place_of
 from sessions.engine.pictures import outline_target
 from sessions.engine.steps.base import StepBase
 from sessions.engine.steps.language import Target
@@ -105,6 +106,28 @@ def heal_ranked(proposal: HealProposal, *, user: User) -> HealProposal:
     position = {number: place for place, number in enumerate(order)}
     ranked = sorted(proposal.candidates, key=lambda c: position.get(c.number, len(order)))
     return replace(proposal, candidates=ranked)
+
+
+def heal_described(proposal: HealProposal, *, user: User, description: str) -> HealProposal:
+    """The element of the step's page the configured model says ``description`` means, first
+    among the candidates (a proposal like the others). Raises ``ModelUnavailable`` when
+    assistance is off, the model fails, or it names no element of the page."""
+    description = " ".join(description.split())[:300]
+    if not description:
+        raise ModelUnavailable("describe the element first")
+    elements: list[dict[str, Any]] = (proposal.result.observation or {}).get("elements") or []
+    number = assist_choose_element(
+        user=user, run_id=proposal.run.pk, description=description, elements=elements
+    )
+    chosen = (
+        candidate_at(proposal.target, elements, number, f"the model's choice for '{description}'")
+        if number is not None
+        else None
+    )
+    if chosen is None:
+        raise ModelUnavailable(f"the model named no element of the page for '{description}'")
+    others = [c for c in proposal.candidates if c.number != chosen.number]
+    return replace(proposal, candidates=[chosen, *others])
 
 
 def heal_apply(

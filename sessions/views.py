@@ -234,6 +234,15 @@ def step_heal(request: AuthenticatedRequest, run_id: int, index: int) -> HttpRes
             errors = {"": [f"The candidates keep their order: {exc}."]}
         else:
             ranked_by = settings.ASSIST_MODEL
+    elif request.method == "POST" and request.POST.get("action") == "describe":
+        try:
+            proposal = healing_services.heal_described(
+                proposal, user=request.user, description=request.POST.get("description", "")
+            )
+        except ModelUnavailable as exc:
+            errors = {"description": [f"Nothing was chosen: {exc}."]}
+        else:
+            ranked_by = settings.ASSIST_MODEL
     elif request.method == "POST":
         number = request.POST.get("number", "")
         try:

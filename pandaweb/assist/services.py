@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -27,6 +28,7 @@ RANKING_SYSTEM = (
     "given; leave out candidates that are clearly not the element."
 )
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+RANKING = "rank healing candidates"
 
 
 def assist_model() -> ChatModel | None:
@@ -59,12 +61,54 @@ def assist_rank_candidates(
     try:
         answer = model.ask(RANKING_SYSTEM, prompt)
     except ModelUnavailable as exc:
-        _logged(user, run_id, model, prompt, answer="", error=str(exc))
+        _logged(user, run_id, model, prompt, answer="", error=str(exc), purpose=RANKING)
         raise
-    _logged(user, run_id, model, prompt, answer=answer, error="")
+    _logged(user, run_id, model, prompt, answer=answer, error="", purpose=RANKING)
     given = [c.number for c in candidates]
     order = _numbers(answer)
     return [number for number in dict.fromkeys(order) if number in given]
+
+
+CHOOSING_SYSTEM = (
+    "You help a person point a browser automation step at an element of a page. You get their "
+    "description and the page's numbered elements (role and accessible name). Answer with JSON "
+    'only: {"number": the number of the element they mean}, or {"number": null} when none fits.'
+)
+# The prompt lists at most this many elements, the interactive ones first.
+MENU_LIMIT = 400
+
+
+def assist_choose_element(
+    *, user: User, run_id: int, description: str, elements: Sequence[Mapping[str, Any]]
+) -> int | None:
+    """The number of the element of ``elements`` the model says ``description`` means, chosen
+    from the numbers it was shown only (a closed menu: never a selector of its own), or None.
+    Raises ModelUnavailable, in people's words, when assistance is off or the model fails."""
+    model = assist_model()
+    if model is None:
+        raise ModelUnavailable("no model is configured (PANDAWEB_ASSIST_URL)")
+    named = [e for e in elements if e.get("role") and str(e.get("name") or "").strip()]
+    named.sort(key=lambda e: not e.get("interactive"))
+    menu = named[:MENU_LIMIT]
+    # Role and name only: an element's value is what the run typed, never the model's to read.
+    lines = [f"Description: {description}", "Elements:"]
+    for element in menu:
+        name = json.dumps(" ".join(str(element["name"]).split()))
+        lines.append(f"[{element['number']}] {element['role']} {name}")
+    prompt = "\n".join(lines)
+    try:
+        answer = model.ask(CHOOSING_SYSTEM, prompt)
+    except ModelUnavailable as exc:
+        _logged(user, run_id, model, prompt, answer="", error=str(exc), purpose="choose an element")
+        raise
+    _logged(user, run_id, model, prompt, answer=answer, error="", purpose="choose an element")
+    match = _JSON_OBJECT.search(answer)
+    try:
+        number = json.loads(match.group(0)).get("number") if match else None
+    except (ValueError, AttributeError):
+        return None
+    shown = {e["number"] for e in menu}
+    return number if isinstance(number, int) and number in shown else None
 
 
 def _numbers(answer: str) -> list[int]:
@@ -81,7 +125,14 @@ def _numbers(answer: str) -> list[int]:
 
 
 def _logged(
-    user: User, run_id: int, model: ChatModel, prompt: str, *, answer: str, error: str
+    user: User,
+    run_id: int,
+    model: ChatModel,
+    prompt: str,
+    *,
+    answer: str,
+    error: str,
+    purpose: str,
 ) -> None:
     audit_record(
         action="assist.model_called",
@@ -89,7 +140,7 @@ def _logged(
         object_id=run_id,
         actor=user,
         after={
-            "purpose": "rank healing candidates",
+            "purpose": purpose,
             "model": model.model,
             "endpoint": model.url,
             "prompt_chars": len(prompt),

@@ -112,6 +112,36 @@ def heal_candidates(
     return found[:limit]
 
 
+def candidate_at(
+    target: Target, elements: Sequence[Mapping[str, Any]], number: int, reason: str
+) -> Candidate | None:
+    """Element ``number`` of ``elements`` as a candidate for ``target``, proposed for ``reason``
+    (None when no element has that number, or it has no role and name to be found by)."""
+    element = next((e for e in elements if e.get("number") == number), None)
+    if element is None:
+        return None
+    role = str(element.get("role") or "")
+    name = " ".join(str(element.get("name") or "").split())
+    if not (role and name):
+        return None
+    alike = [
+        e
+        for e in elements
+        if e.get("role") == role and " ".join(str(e.get("name") or "").split()) == name
+    ]
+    place = alike.index(element)
+    return Candidate(
+        number=number,
+        role=role,
+        name=name,
+        box=element.get("box"),
+        target=_target_for(target, role, name, place if len(alike) > 1 else None),
+        score=1.0,
+        reasons=(reason,),
+        matches=1,
+    )
+
+
 def place_of(target: Target, elements: Sequence[Mapping[str, Any]], seen: str) -> Place | None:
     """Where ``target``'s element is among ``elements`` (a page the step acted on), or None when
     no element has its role (or a field's role) and its exact name."""

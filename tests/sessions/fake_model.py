@@ -3,7 +3,8 @@
 A real model cannot run on this machine (no model API is reachable, and no local model is
 installed), so the tests talk to this: it speaks the chat completions API the product's client
 (the official ``openai`` SDK) uses, keeps every request for the test to read, and answers
-deterministically: the candidate numbers of the prompt in reverse order.
+deterministically: the candidate numbers of a ranking prompt in reverse order; for a description,
+the first element whose line holds it, or a number that is not on the menu.
 """
 
 from __future__ import annotations
@@ -24,8 +25,15 @@ class FakeModel:
 
     def answer(self, request: dict[str, Any]) -> str:
         prompt = request["messages"][-1]["content"]
-        numbers = [int(n) for n in re.findall(r"^\[(\d+)\]", prompt, re.MULTILINE)]
-        return json.dumps({"order": list(reversed(numbers))})
+        lines = re.findall(r"^\[(\d+)\] (.*)$", prompt, re.MULTILINE)
+        described = re.search(r"^Description: (.*)$", prompt, re.MULTILINE)
+        if described is None:
+            return json.dumps({"order": [int(n) for n, _ in reversed(lines)]})
+        # Choosing an element: the first whose line holds the description, else one that is
+        # not on the menu (as a model that makes something up would).
+        wanted = described.group(1).casefold()
+        chosen = next((int(n) for n, line in lines if wanted in line.casefold()), 999)
+        return json.dumps({"number": chosen})
 
 
 @contextmanager

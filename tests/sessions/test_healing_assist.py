@@ -60,7 +60,7 @@ def test_the_model_ranks_the_candidates_and_reads_no_typed_value_or_secret(
 
     page = author.post(url, {"field": "target", "action": "rank"}).content.decode()
 
-    assert "Ranked by the model fake-ranker" in page
+    assert "Proposed by the model fake-ranker" in page
     # The fake answers the reverse of the order it was given.
     assert sorted(first, reverse=True) != first
     shown = [page.index(f"“{name}”") for name in NAMES]
@@ -108,3 +108,36 @@ def test_assistance_is_off_by_default(
     page = author.post(url, {"field": "target", "action": "rank"})
     assert "no model is configured (PANDAWEB_ASSIST_URL)" in page.content.decode()
     assert not AuditEvent.objects.filter(action="assist.model_called").exists()
+
+
+def test_a_description_is_matched_to_an_element_of_the_page_only(
+    operator: User,
+    demo_workflow: Workflow,
+    author: Client,
+    model: FakeModel,
+    run_files_in_tmp: Path,
+) -> None:
+    url = a_failed_review(operator, demo_workflow)
+
+    page = author.post(
+        url, {"field": "target", "action": "describe", "description": "payment review"}
+    ).content.decode()
+
+    first = page.index('<li class="card">')
+    assert page.index("[3] button “Payment review”", first) < page.index("“Check the payment”")
+    assert "the model&#x27;s choice for &#x27;payment review&#x27;" in page
+    [request] = model.requests
+    prompt = request["messages"][-1]["content"]
+    assert '[9] textbox "IBAN"' in prompt
+    assert TYPED not in prompt
+    event = AuditEvent.objects.get(action="assist.model_called")
+    assert event.after is not None
+    assert event.after["purpose"] == "choose an element"
+
+    made_up = author.post(
+        url, {"field": "target", "action": "describe", "description": "the pink elephant"}
+    )
+    assert made_up.status_code == 400
+    assert "the model named no element of the page for &#x27;the pink elephant&#x27;" in (
+        made_up.content.decode()
+    )
