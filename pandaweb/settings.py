@@ -540,14 +540,19 @@ BATCH_MAX_BYTES = env_int("PANDAWEB_BATCH_MAX_BYTES", 2_000_000, minimum=1000)
 # Where people reach the dashboard; used in e-mails.
 PANDAWEB_BASE_URL = env_str("PANDAWEB_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 
-# Chat approvals (Slack). Without a bot token no card is posted; without the signing secret every
-# callback is refused. The API URL is configurable so tests can point it at a fake on loopback.
 # Optional help from a language model (pandaweb/assist): an OpenAI-compatible endpoint, off when
 # empty. It only ever proposes; a person decides.
 ASSIST_URL = env_str("PANDAWEB_ASSIST_URL")
 ASSIST_MODEL = env_str("PANDAWEB_ASSIST_MODEL", "default")
 ASSIST_KEY = env_str("PANDAWEB_ASSIST_KEY")
+if ASSIST_URL and urlsplit(ASSIST_URL).scheme not in ("http", "https"):
+    raise ImproperlyConfigured(
+        f"PANDAWEB_ASSIST_URL={ASSIST_URL!r} is not an http(s) address, e.g. "
+        "http://127.0.0.1:11434/v1"
+    )
 
+# Chat approvals (Slack). Without a bot token no card is posted; without the signing secret every
+# callback is refused. The API URL is configurable so tests can point it at a fake on loopback.
 SLACK_BOT_TOKEN = env_str("PANDAWEB_SLACK_BOT_TOKEN")
 SLACK_SIGNING_SECRET = env_str("PANDAWEB_SLACK_SIGNING_SECRET")
 SLACK_API_URL = env_str("PANDAWEB_SLACK_API_URL", "https://slack.com/api/")

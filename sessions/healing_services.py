@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib.auth.models import User
+from pydantic import ValidationError
 
-from pandaweb.assist.client import ModelUnavailable
 from pandaweb.assist.services import assist_choose_element, assist_rank_candidates
 from sessions.engine.healing import Candidate, Place, candidate_at, heal_candidates, place_of
 from sessions.engine.pictures import outline_target
@@ -26,9 +26,12 @@ from workflows import services as workflow_services
 from workflows.models import WorkflowVersion
 from workflows.schema import STEP_ADAPTER
 
+# Earlier passing runs looked at for the place the target's element had.
+PLACE_LOOKBACK = 5
+
 
 class HealingUnavailable(Exception):
-    """This step cannot be healed from here; the message says why, for people."""
+    """This step cannot be healed from here, or not this way; the message is for people."""
 
 
 @dataclass(frozen=True)
@@ -45,31 +48,62 @@ class HealProposal:
     def target(self) -> Target:
         return self.targets[self.field]
 
+    @property
+    def elements(self) -> list[dict[str, Any]]:
+        return list((self.result.observation or {}).get("elements") or [])
 
-def heal_proposal(run: Run, result: StepResult, field: str = "") -> HealProposal:
-    """The candidates for one of a failed step's targets (its first when ``field`` is empty)."""
+
+def heal_available(*, run: Run, result: StepResult) -> bool:
+    """Whether the step's page offers healing: it failed, saw a page, and has a target."""
+    try:
+        _step_and_targets(run, result)
+    except HealingUnavailable:
+        return False
+    return True
+
+
+def heal_proposal(*, run: Run, result: StepResult, field: str = "") -> HealProposal:
+    """The candidates for one of a failed step's targets: ``field``, or the one its error names
+    (a login step has three), or its first."""
+    step, targets = _step_and_targets(run, result)
+    named = [
+        name for name, t in targets.items() if t.readable_name and t.readable_name in result.error
+    ]
+    chosen = field or (named[0] if named else next(iter(targets)))
+    if chosen not in targets:
+        raise HealingUnavailable(f"step '{step.id}' has no target '{chosen}'")
+    elements = list((result.observation or {}).get("elements") or [])
+    candidates = heal_candidates(
+        targets[chosen],
+        elements,
+        was=_last_place(run, result, targets[chosen]),
+        interactive_only=step.touches_page,
+    )
+    return HealProposal(run, result, step, targets, chosen, candidates)
+
+
+def _step_and_targets(run: Run, result: StepResult) -> tuple[StepBase, dict[str, Target]]:
     if result.status != StepResult.Status.FAILED:
         raise HealingUnavailable("only a failed step is healed")
+    if not (result.observation or {}).get("elements"):
+        raise HealingUnavailable("the step recorded no page to look for the element on")
     steps = run.version.steps or []
     if result.index >= len(steps):
         raise HealingUnavailable("the run's version has no such step")
-    step = STEP_ADAPTER.validate_python(steps[result.index])
+    try:
+        step = STEP_ADAPTER.validate_python(steps[result.index])
+    except ValidationError:
+        raise HealingUnavailable("the run's version of this step no longer reads") from None
     targets = {name: value for name, value in step.__dict__.items() if isinstance(value, Target)}
     if not targets:
-        raise HealingUnavailable(f"a {step.label.lower()} step has no target to heal")
-    chosen = field or next(iter(targets))
-    if chosen not in targets:
-        raise HealingUnavailable(f"step '{step.id}' has no target '{chosen}'")
-    elements: list[dict[str, Any]] = (result.observation or {}).get("elements") or []
-    was = _last_place(run, result, targets[chosen])
-    candidates = heal_candidates(targets[chosen], elements, was=was)
-    return HealProposal(run, result, step, targets, chosen, candidates)
+        raise HealingUnavailable(f"the {step.label.lower()} step has no target of its own to heal")
+    return step, targets
 
 
 def _last_place(run: Run, result: StepResult, target: Target) -> Place | None:
     """Where the target's element was on the page the step last acted on successfully (the page
-    before it: the previous step's observation), in this workflow's most recent passing run."""
-    passed = (
+    before it: the previous step's observation), in this workflow's recent passing runs."""
+    passes = (
         StepResult.objects.filter(
             run__version__workflow_id=run.version.workflow_id,
             step_id=result.step_id,
@@ -78,22 +112,22 @@ def _last_place(run: Run, result: StepResult, target: Target) -> Place | None:
         )
         .exclude(run_id=run.pk)
         .order_by("-run_id")
-        .values_list("run_id", "index")
-        .first()
+        .values_list("run_id", "index")[:PLACE_LOOKBACK]
     )
-    if passed is None:
-        return None
-    run_id, index = passed
-    before = (
-        StepResult.objects.filter(run_id=run_id, index=index - 1)
-        .values_list("observation", flat=True)
-        .first()
-    )
-    elements = (before or {}).get("elements") or []
-    return place_of(target, elements, f"when run #{run_id} passed")
+    for run_id, index in passes:
+        before = (
+            StepResult.objects.filter(run_id=run_id, index=index - 1)
+            .values_list("observation", flat=True)
+            .first()
+        )
+        elements = (before or {}).get("elements") or []
+        place = place_of(target, elements, f"when run #{run_id} passed this step")
+        if place is not None:
+            return place
+    return None
 
 
-def heal_ranked(proposal: HealProposal, *, user: User) -> HealProposal:
+def heal_ranked(*, proposal: HealProposal, user: User) -> HealProposal:
     """The same candidates in the order the configured model proposes (those it left out last).
     Raises ``ModelUnavailable`` when assistance is off or the model fails."""
     order = assist_rank_candidates(
@@ -102,32 +136,53 @@ def heal_ranked(proposal: HealProposal, *, user: User) -> HealProposal:
         step_kind=proposal.step.label.lower(),
         looked_for=proposal.target.describe(),
         candidates=proposal.candidates,
+        run_values=_run_values(proposal.run),
     )
     position = {number: place for place, number in enumerate(order)}
     ranked = sorted(proposal.candidates, key=lambda c: position.get(c.number, len(order)))
     return replace(proposal, candidates=ranked)
 
 
-def heal_described(proposal: HealProposal, *, user: User, description: str) -> HealProposal:
+def heal_described(*, proposal: HealProposal, user: User, description: str) -> HealProposal:
     """The element of the step's page the configured model says ``description`` means, first
     among the candidates (a proposal like the others). Raises ``ModelUnavailable`` when
-    assistance is off, the model fails, or it names no element of the page."""
+    assistance is off or the model fails, ``HealingUnavailable`` when it names no element the
+    step could use."""
     description = " ".join(description.split())[:300]
     if not description:
-        raise ModelUnavailable("describe the element first")
-    elements: list[dict[str, Any]] = (proposal.result.observation or {}).get("elements") or []
+        raise HealingUnavailable("describe the element first")
+    interactive_only = proposal.step.touches_page
+    menu = [e for e in proposal.elements if e.get("interactive") or not interactive_only]
     number = assist_choose_element(
-        user=user, run_id=proposal.run.pk, description=description, elements=elements
+        user=user,
+        run_id=proposal.run.pk,
+        description=description,
+        elements=menu,
+        run_values=_run_values(proposal.run),
     )
     chosen = (
-        candidate_at(proposal.target, elements, number, f"the model's choice for '{description}'")
+        candidate_at(
+            proposal.target,
+            proposal.elements,
+            number,
+            f"the model's choice for '{description}'",
+            interactive_only=interactive_only,
+        )
         if number is not None
         else None
     )
     if chosen is None:
-        raise ModelUnavailable(f"the model named no element of the page for '{description}'")
+        raise HealingUnavailable(f"the model named no element of the page for '{description}'")
     others = [c for c in proposal.candidates if c.number != chosen.number]
     return replace(proposal, candidates=[chosen, *others])
+
+
+def _run_values(run: Run) -> dict[str, str]:
+    """What the run was given and read, by the reference that names it: page words that echo
+    them are put back as references before a model reads them."""
+    values = {f"{{{{ params.{k} }}}}": str(v) for k, v in (run.inputs or {}).items()}
+    values |= {f"{{{{ outputs.{k} }}}}": str(v) for k, v in (run.outputs or {}).items()}
+    return values
 
 
 def heal_apply(
@@ -138,12 +193,23 @@ def heal_apply(
     written: str = "",
     confirm: str = "",
 ) -> WorkflowVersion:
-    """Put the candidate ``number`` (or the ``written`` target, in the editor's one-line form)
-    into the workflow's draft. Raises ``workflow_services.WorkflowError`` in people's words."""
+    """Put element ``number`` of the step's page (a candidate, or any element the step could
+    use: the person confirms it by choosing it) or the ``written`` target (the editor's one-line
+    form) into the workflow's draft. Raises ``workflow_services.WorkflowError`` in people's
+    words."""
     if number is not None:
-        chosen = next((c.target for c in proposal.candidates if c.number == number), None)
-        if chosen is None:
-            raise workflow_services.WorkflowError(f"element [{number}] is not a candidate")
+        candidate = next((c for c in proposal.candidates if c.number == number), None) or (
+            candidate_at(
+                proposal.target,
+                proposal.elements,
+                number,
+                "chosen",
+                interactive_only=proposal.step.touches_page,
+            )
+        )
+        if candidate is None:
+            raise workflow_services.WorkflowError(f"element [{number}] cannot be this target")
+        chosen = candidate.target
     else:
         try:
             chosen = Target.from_compact(written)
@@ -160,18 +226,23 @@ def heal_apply(
         step_id=step.id,
         field=proposal.field,
         target=chosen.model_dump(exclude_defaults=True),
+        expected=proposal.target.model_dump(exclude_defaults=True),
         note=note[:500],
+        run_id=proposal.run.pk,
         confirm=confirm,
     )
 
 
-def candidate_picture(proposal: HealProposal, number: int) -> bytes:
-    """The failed step's screenshot with candidate ``number`` outlined (PNG)."""
-    candidate = next((c for c in proposal.candidates if c.number == number), None)
-    if candidate is None or candidate.box is None or not proposal.result.screenshot:
+def element_picture(*, run: Run, result: StepResult, number: int) -> bytes:
+    """The step's screenshot with element ``number`` of its observation outlined (PNG)."""
+    element = next(
+        (e for e in (result.observation or {}).get("elements") or [] if e.get("number") == number),
+        None,
+    )
+    box = (element or {}).get("box")
+    if not box or not result.screenshot or run.files_pruned_at is not None:
         raise HealingUnavailable("no picture of this element")
-    path = run_files_dir(proposal.run.pk) / proposal.result.screenshot
+    path = run_files_dir(run.pk) / result.screenshot
     if not path.is_file():
-        raise HealingUnavailable("the step's screenshot is gone (retention)")
-    box = candidate.box
+        raise HealingUnavailable("the step's screenshot is gone")
     return outline_target(path.read_bytes(), (box["x"], box["y"], box["width"], box["height"]))

@@ -102,9 +102,8 @@ def step_detail(request: AuthenticatedRequest, run_id: int, index: int) -> HttpR
         "run": run,
         "step": step,
         "evidence": console.step_evidence(run, step),
-        "can_heal": step.status == step.Status.FAILED
-        and bool(step.observation)
-        and user_can(request.user, Capability.AUTHOR_WORKFLOWS),
+        "can_heal": user_can(request.user, Capability.AUTHOR_WORKFLOWS)
+        and healing_services.heal_available(run=run, result=step),
     }
     return render(request, "sessions/step.html", context)
 
@@ -212,40 +211,34 @@ def session_template_bake(request: AuthenticatedRequest, slug: str) -> HttpRespo
 
 
 @require_http_methods(["GET", "POST"])
+@capability_required(Capability.VIEW_RUNS)
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def step_heal(request: AuthenticatedRequest, run_id: int, index: int) -> HttpResponse:
     run = selectors.run_get(run_id)
     result = run.step_results.filter(index=index).first()
     if result is None:
         raise Http404("no such step")
+    field = request.POST.get("field") or request.GET.get("field", "")
     try:
-        proposal = healing_services.heal_proposal(
-            run, result, request.POST.get("field") or request.GET.get("field", "")
-        )
+        proposal = healing_services.heal_proposal(run=run, result=result, field=field)
     except healing_services.HealingUnavailable as exc:
         messages.error(request, f"This step cannot be healed: {exc}.")
         return redirect("runs:step", run_id=run.pk, index=index)
     errors: dict[str, list[str]] = {}
-    ranked_by = ""
-    if request.method == "POST" and request.POST.get("action") == "rank":
-        try:
-            proposal = healing_services.heal_ranked(proposal, user=request.user)
-        except ModelUnavailable as exc:
-            errors = {"": [f"The candidates keep their order: {exc}."]}
-        else:
-            ranked_by = settings.ASSIST_MODEL
-    elif request.method == "POST" and request.POST.get("action") == "describe":
-        try:
+    proposed_by = ""
+    action = request.POST.get("action", "") if request.method == "POST" else ""
+    try:
+        if action == "rank":
+            proposal = healing_services.heal_ranked(proposal=proposal, user=request.user)
+            proposed_by = settings.ASSIST_MODEL
+        elif action == "describe":
+            description = request.POST.get("description", "")
             proposal = healing_services.heal_described(
-                proposal, user=request.user, description=request.POST.get("description", "")
+                proposal=proposal, user=request.user, description=description
             )
-        except ModelUnavailable as exc:
-            errors = {"description": [f"Nothing was chosen: {exc}."]}
-        else:
-            ranked_by = settings.ASSIST_MODEL
-    elif request.method == "POST":
-        number = request.POST.get("number", "")
-        try:
+            proposed_by = settings.ASSIST_MODEL
+        elif request.method == "POST":
+            number = request.POST.get("number", "")
             healing_services.heal_apply(
                 proposal=proposal,
                 user=request.user,
@@ -253,27 +246,32 @@ def step_heal(request: AuthenticatedRequest, run_id: int, index: int) -> HttpRes
                 written=request.POST.get("target", ""),
                 confirm=request.POST.get("confirm", ""),
             )
-        except workflow_services.WorkflowError as exc:
-            errors = exc.field_errors or {"": [str(exc)]}
-        else:
             messages.success(
                 request,
                 f"The draft now points step '{proposal.step.id}' at the new target. Review it "
                 "and publish: runs use it from the next version.",
             )
             return redirect("workflows:detail", slug=run.version.workflow.slug)
+    except (ModelUnavailable, healing_services.HealingUnavailable) as exc:
+        errors = {action: [f"Nothing was proposed: {exc}."]}
+    except workflow_services.WorkflowError as exc:
+        errors = exc.field_errors or {"": [str(exc)]}
     context = {
         "run": run,
         "result": result,
         "proposal": proposal,
         "errors": errors,
         "assist": assist_model() is not None,
-        "ranked_by": ranked_by,
+        "proposed_by": proposed_by,
+        # Asked when the run's step is irreversible, and whenever the draft's turns out to be.
+        "confirm": proposal.step.irreversible or "confirm" in errors,
+        "pictures": result.screenshot and run.files_pruned_at is None,
     }
     return render(request, "sessions/heal.html", context, status=400 if errors else 200)
 
 
 @require_GET
+@capability_required(Capability.VIEW_RUNS)
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def step_heal_picture(
     request: AuthenticatedRequest, run_id: int, index: int, number: int
@@ -283,8 +281,7 @@ def step_heal_picture(
     if result is None:
         raise Http404("no such step")
     try:
-        proposal = healing_services.heal_proposal(run, result, request.GET.get("field", ""))
-        picture = healing_services.candidate_picture(proposal, number)
+        picture = healing_services.element_picture(run=run, result=result, number=number)
     except healing_services.HealingUnavailable as exc:
         raise Http404(str(exc)) from None
     response = HttpResponse(picture, content_type="image/png")

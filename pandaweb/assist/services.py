@@ -1,10 +1,13 @@
 """Optional help from a language model, off unless an endpoint is configured
 (``PANDAWEB_ASSIST_URL``, ``PANDAWEB_ASSIST_MODEL``, ``PANDAWEB_ASSIST_KEY``).
 
-The model only ever proposes: here it orders healing candidates a person then picks from. What it
-reads is built from page words only (the step's kind, the target's description, each candidate's
-role, name and the reasons it was proposed): no typed value, no secret, no field's content. Every
-call is in the audit trail with its prompt's size and the model's answer.
+The model only ever proposes: it orders healing candidates, or picks the element a person
+describes from the numbered elements of the step's page (a closed menu), and the person then
+picks. What it reads is page words only (the step's kind, the target's description, elements'
+roles and names, the reasons they were proposed), with the run's inputs and outputs put back as
+the references that name them wherever the page echoes them: no field's content, no typed value,
+no secret (observations are recorded with secrets masked). Every call is in the audit trail
+with its prompt's size and the model's answer.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import transaction
 
 from pandaweb.assist.client import ChatModel, ModelUnavailable
 from pandaweb.audit.services import audit_record
@@ -45,18 +49,20 @@ def assist_rank_candidates(
     step_kind: str,
     looked_for: str,
     candidates: Sequence[Candidate],
+    run_values: Mapping[str, str],
 ) -> list[int]:
     """The candidates' numbers in the order the model proposes (only numbers it was given).
-    Raises ModelUnavailable, in people's words, when assistance is off or the model fails."""
+    ``run_values`` (reference → value) are put back as references wherever page words echo
+    them. Raises ModelUnavailable, in people's words, when assistance is off or the model
+    fails."""
     model = assist_model()
     if model is None:
         raise ModelUnavailable("no model is configured (PANDAWEB_ASSIST_URL)")
     lines = [f"The {step_kind} step looked for {looked_for}.", "Candidates:"]
     for candidate in candidates:
-        reasons = "; ".join(candidate.reasons)
-        lines.append(
-            f"[{candidate.number}] {candidate.role} {json.dumps(candidate.name)}: {reasons}"
-        )
+        reasons = _redacted("; ".join(candidate.reasons), run_values)
+        name = json.dumps(_redacted(candidate.name, run_values))
+        lines.append(f"[{candidate.number}] {candidate.role} {name}: {reasons}")
     prompt = "\n".join(lines)
     try:
         answer = model.ask(RANKING_SYSTEM, prompt)
@@ -79,7 +85,12 @@ MENU_LIMIT = 400
 
 
 def assist_choose_element(
-    *, user: User, run_id: int, description: str, elements: Sequence[Mapping[str, Any]]
+    *,
+    user: User,
+    run_id: int,
+    description: str,
+    elements: Sequence[Mapping[str, Any]],
+    run_values: Mapping[str, str],
 ) -> int | None:
     """The number of the element of ``elements`` the model says ``description`` means, chosen
     from the numbers it was shown only (a closed menu: never a selector of its own), or None.
@@ -93,7 +104,7 @@ def assist_choose_element(
     # Role and name only: an element's value is what the run typed, never the model's to read.
     lines = [f"Description: {description}", "Elements:"]
     for element in menu:
-        name = json.dumps(" ".join(str(element["name"]).split()))
+        name = json.dumps(_redacted(" ".join(str(element["name"]).split()), run_values))
         lines.append(f"[{element['number']}] {element['role']} {name}")
     prompt = "\n".join(lines)
     try:
@@ -108,7 +119,18 @@ def assist_choose_element(
     except (ValueError, AttributeError):
         return None
     shown = {e["number"] for e in menu}
-    return number if isinstance(number, int) and number in shown else None
+    if isinstance(number, bool) or not isinstance(number, int):
+        return None
+    return number if number in shown else None
+
+
+def _redacted(text: str, run_values: Mapping[str, str]) -> str:
+    # Longest first, so a value inside another is put back whole; short values (a "1") would
+    # replace parts of unrelated words.
+    for reference, value in sorted(run_values.items(), key=lambda item: -len(item[1])):
+        if len(value) >= 3:
+            text = text.replace(value, reference)
+    return text
 
 
 def _numbers(answer: str) -> list[int]:
@@ -134,18 +156,20 @@ def _logged(
     error: str,
     purpose: str,
 ) -> None:
-    audit_record(
-        action="assist.model_called",
-        object_type="run",
-        object_id=run_id,
-        actor=user,
-        after={
-            "purpose": purpose,
-            "model": model.model,
-            "endpoint": model.url,
-            "prompt_chars": len(prompt),
-            "answer": answer[:4000],
-            **({"error": error[:500]} if error else {}),
-        },
-        run_id=run_id,
-    )
+    # Its own transaction: the call was made (and paid for) whatever the page does next.
+    with transaction.atomic():
+        audit_record(
+            action="assist.model_called",
+            object_type="run",
+            object_id=run_id,
+            actor=user,
+            after={
+                "purpose": purpose,
+                "model": model.model,
+                "endpoint": model.url,
+                "prompt_chars": len(prompt),
+                "answer": answer[:4000],
+                **({"error": error[:500]} if error else {}),
+            },
+            run_id=run_id,
+        )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
-from sessions.engine.steps.language import ARIA_ROLES, Target
+from sessions.engine.steps.language import ARIA_ROLES, TEMPLATE, Target
 
 # The roles a label or a placeholder names: form fields.
 FIELD_ROLES = frozenset(
@@ -59,26 +59,34 @@ def heal_candidates(
     elements: Sequence[Mapping[str, Any]],
     *,
     was: Place | None = None,
+    interactive_only: bool = True,
     limit: int = 5,
 ) -> list[Candidate]:
     """The elements of ``elements`` (an observation's, as recorded) most like ``target``, best
-    first, at most ``limit``; ``was`` adds the element in the place the target's element had."""
+    first, at most ``limit``; ``was`` adds the element in the place the target's element had.
+    ``interactive_only`` for a step that acts on what it finds (a heading is not clicked).
+
+    None for a target written with ``{{ … }}`` references: the page shows one run's values,
+    and a target pinned to them would fail every other run."""
     wanted = target.readable_name
+    if TEMPLATE.search(wanted):
+        return []
     roles = _roles_meant(target)
     # Elements by what a target can tell apart (role and name): a 1,000-row table holds 1,000
     # buttons named "View". Each element's place among those of its role, in document order.
-    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     ordinals: dict[int, int] = {}
     per_role: dict[str, int] = {}
     for element in elements:
         role = str(element.get("role") or "")
         ordinals[id(element)] = per_role.get(role, 0)
         per_role[role] = ordinals[id(element)] + 1
-        name = " ".join(str(element.get("name") or "").split())
-        if name and role:
-            groups.setdefault((role, name), []).append(element)
+        name = _name_of(element)
+        if name and role and _eligible(element, target, interactive_only=interactive_only):
+            # Playwright counts ``nth`` within a frame: elements of one frame apart.
+            groups.setdefault((str(element.get("frame") or ""), role, name), []).append(element)
     found: list[Candidate] = []
-    for (role, name), alike in groups.items():
+    for (_, role, name), alike in groups.items():
         score, reasons = _likeness(wanted, roles, role, name)
         # The kind of element alone proposes nothing: on a page whose only button is "Log out",
         # that button is no candidate for "Submit payment".
@@ -113,21 +121,26 @@ def heal_candidates(
 
 
 def candidate_at(
-    target: Target, elements: Sequence[Mapping[str, Any]], number: int, reason: str
+    target: Target,
+    elements: Sequence[Mapping[str, Any]],
+    number: int,
+    reason: str,
+    *,
+    interactive_only: bool = True,
 ) -> Candidate | None:
     """Element ``number`` of ``elements`` as a candidate for ``target``, proposed for ``reason``
-    (None when no element has that number, or it has no role and name to be found by)."""
+    (None when no element has that number, or it cannot stand for the target: no role and name
+    to be found by, not interactive for a step that acts, in another frame)."""
     element = next((e for e in elements if e.get("number") == number), None)
-    if element is None:
+    if element is None or not _eligible(element, target, interactive_only=interactive_only):
         return None
-    role = str(element.get("role") or "")
-    name = " ".join(str(element.get("name") or "").split())
+    role, name = str(element.get("role") or ""), _name_of(element)
     if not (role and name):
         return None
     alike = [
         e
         for e in elements
-        if e.get("role") == role and " ".join(str(e.get("name") or "").split()) == name
+        if e.get("role") == role and _name_of(e) == name and e.get("frame") == element.get("frame")
     ]
     place = alike.index(element)
     return Candidate(
@@ -146,6 +159,8 @@ def place_of(target: Target, elements: Sequence[Mapping[str, Any]], seen: str) -
     """Where ``target``'s element is among ``elements`` (a page the step acted on), or None when
     no element has its role (or a field's role) and its exact name."""
     wanted = target.readable_name.casefold()
+    if TEMPLATE.search(wanted):
+        return None
     roles = _roles_meant(target)
     per_role: dict[str, int] = {}
     for element in elements:
@@ -163,6 +178,16 @@ def _ordinal(number: int) -> str:
         "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
     )
     return f"{number}{suffix}"
+
+
+def _name_of(element: Mapping[str, Any]) -> str:
+    return " ".join(str(element.get("name") or "").split())
+
+
+def _eligible(element: Mapping[str, Any], target: Target, *, interactive_only: bool) -> bool:
+    # A target in a frame names its frames; one on the page names none: each stays where it was.
+    same_frame = bool(element.get("frame")) == bool(target.frame)
+    return same_frame and (element.get("interactive") is True or not interactive_only)
 
 
 def _roles_meant(target: Target) -> frozenset[str]:
@@ -195,13 +220,11 @@ def _likeness(wanted: str, roles: frozenset[str], role: str, name: str) -> tuple
 
 
 def _target_for(original: Target, role: str, name: str, nth: int | None) -> Target:
-    """The target a person would write for this element: the original's way of naming (a label
-    stays a label), by role and name otherwise; ``nth`` only when the name is not enough."""
+    """The target that finds this element: by role and accessible name (what the observation
+    records; a field's accessible name may come from its label, its placeholder or its title,
+    so a label or placeholder target could miss it), by text otherwise; ``nth`` only when the
+    name is not enough, in the original's frames."""
     frame = list(original.frame)
-    if original.kind in ("label", "placeholder") and role in FIELD_ROLES:
-        return Target.model_validate(
-            {original.kind: name, "exact": True, "nth": nth, "frame": frame}
-        )
     if role in ARIA_ROLES:
         return Target(role=role, name=name, exact=True, nth=nth, frame=frame)
     return Target(text=name, exact=True, nth=nth, frame=frame)

@@ -1,6 +1,7 @@
 """Healing on the real stack, in a real browser: the portal renames a button, the run fails at the
 step that clicks it, the operator picks the renamed button on the failed step's page, publishes
-version 2, and the next run goes on to its approval."""
+version 2, and the next run goes on to its approval. On a copy of the demo workflow of its own:
+the other tests run the demo workflow's version 1 on the same installation."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from playwright.sync_api import Browser, Page, expect
 
 from pandaweb.core.roles import Role
@@ -19,7 +21,10 @@ from tests.e2e.test_phone import DESKTOP, PHONE, assert_no_sideways_scroll, keep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
-# The demo workflow's step that clicks the pay form's button (workflows/examples).
+EXAMPLE = Path(__file__).resolve().parents[2] / "workflows" / "examples" / "acme-pay-invoice.yaml"
+SLUG = "acme-pay-healed"
+NAME = "Pay an Acme invoice, healed"
+# The demo workflow's step that clicks the pay form's button.
 REVIEW_STEP = 11
 
 
@@ -31,9 +36,27 @@ def rename_review_button(stack: Stack, label: str) -> None:
         pass
 
 
+def import_and_publish(page: Page, stack: Stack) -> None:
+    document = yaml.safe_load(
+        EXAMPLE.read_text().replace("127.0.0.1:8001", stack.portal_url.removeprefix("http://"))
+    )
+    document |= {"slug": SLUG, "name": NAME}
+    page.goto(f"{stack.url}/workflows/import/")
+    page.get_by_label("File").set_input_files(
+        files={
+            "name": f"{SLUG}.yaml",
+            "mimeType": "application/yaml",
+            "buffer": yaml.safe_dump(document).encode(),
+        }
+    )
+    page.get_by_role("button", name="Import").click()
+    page.get_by_label("What changed").fill("first version")
+    page.get_by_role("button", name="Publish version 1").click()
+
+
 def launch(page: Page, stack: Stack) -> None:
     invoice = next(i for i in PortalState().invoices() if i.status == "open")
-    page.goto(f"{stack.url}/workflows/acme-pay-invoice/")
+    page.goto(f"{stack.url}/workflows/{SLUG}/")
     page.get_by_role("link", name="Launch v").first.click()
     page.get_by_label("Invoice number").fill(invoice.number)
     page.get_by_label("Amount to pay").fill(f"{invoice.amount_due:.2f}")
@@ -43,9 +66,10 @@ def launch(page: Page, stack: Stack) -> None:
 def test_a_renamed_button_is_healed_from_the_failed_step_and_the_next_version_runs(
     page: Page, browser: Browser, stack: Stack, tmp_path: Path
 ) -> None:
-    stack.manage("demo_workflow")
+    stack.manage("demo_workflow")  # the portal's credential
     rename_review_button(stack, "Check the payment")
     log_in(page, stack, Role.OPERATORS)
+    import_and_publish(page, stack)
     launch(page, stack)
     header = page.locator("#run-header")
     expect(header).to_contain_text("Failed", timeout=240_000)
@@ -77,7 +101,7 @@ def test_a_renamed_button_is_healed_from_the_failed_step_and_the_next_version_ru
             context.close()
 
     best.get_by_role("button", name="Use this element").click()
-    expect(page.get_by_role("heading", level=1)).to_contain_text("Pay an Acme invoice")
+    expect(page.get_by_role("heading", level=1)).to_contain_text(NAME)
     message = page.get_by_label("What changed")
     expect(message).to_have_value(
         f"Step 'review': the button 'Review payment' → the button 'Check the payment', "

@@ -38,11 +38,35 @@ def test_a_renamed_button_is_proposed_first_with_the_reasons_in_words() -> None:
     assert 3 not in [c.number for c in found]
 
 
-def test_a_renamed_label_stays_a_label() -> None:
+def test_a_renamed_label_is_found_by_the_field_s_role_and_accessible_name() -> None:
     [best, *_] = heal_candidates(Target(label="IBAN"), PAGE)
 
-    assert best.target == Target(label="IBAN (international)", exact=True)
+    # The accessible name may come from a label, a placeholder or a title: role and name find
+    # the field whichever it was.
+    assert best.target == Target(role="textbox", name="IBAN (international)", exact=True)
     assert "the same kind of element (textbox)" in best.reasons
+
+
+def test_a_target_written_with_references_is_not_pinned_to_one_run_s_values() -> None:
+    page = [element(1, "link", "Pay INV-1001 now")]
+
+    assert heal_candidates(Target(role="link", name="Pay {{ params.invoice }}"), page) == []
+
+
+def test_what_a_step_acts_on_is_interactive_and_in_the_frame_its_target_names() -> None:
+    heading = {**element(1, "heading", "Submit payment"), "interactive": False}
+    framed = {**element(2, "button", "Submit payment"), "frame": "iframe#pay"}
+    page = [heading, framed, element(3, "button", "Submit the payment")]
+
+    on_page = heal_candidates(Target(role="button", name="Submit payment"), page)
+    in_frame = heal_candidates(
+        Target(role="button", name="Submit payments", frame=["iframe#pay"]), page
+    )
+    read_only = heal_candidates(Target(text="Submit payment"), page, interactive_only=False)
+
+    assert [c.number for c in on_page] == [3]
+    assert [(c.number, c.target.frame) for c in in_frame] == [(2, ["iframe#pay"])]
+    assert 1 in [c.number for c in read_only]
 
 
 def test_two_elements_with_one_name_are_told_apart_by_their_place() -> None:

@@ -93,7 +93,7 @@ def test_a_failing_model_leaves_the_order_and_says_so(
     page = author.post(url, {"field": "target", "action": "rank"})
 
     assert page.status_code == 400
-    assert "The candidates keep their order: the model at" in page.content.decode()
+    assert "Nothing was proposed: the model at" in page.content.decode()
     event = AuditEvent.objects.get(action="assist.model_called")
     assert event.after is not None
     assert "overloaded" in event.after["error"]
@@ -138,6 +138,60 @@ def test_a_description_is_matched_to_an_element_of_the_page_only(
         url, {"field": "target", "action": "describe", "description": "the pink elephant"}
     )
     assert made_up.status_code == 400
-    assert "the model named no element of the page for &#x27;the pink elephant&#x27;" in (
+    assert "Nothing was proposed: the model named no element of the page for &#x27;the pink" in (
         made_up.content.decode()
     )
+
+
+def test_the_model_s_pick_is_used_and_pictured_even_when_no_rule_proposed_it(
+    operator: User,
+    demo_workflow: Workflow,
+    author: Client,
+    model: FakeModel,
+    run_files_in_tmp: Path,
+) -> None:
+    run = failed_at(operator, demo_workflow, REVIEW, "review", ["Back", "Continue"])
+    url = f"/runs/{run.pk}/steps/{REVIEW}/heal/"
+    assert "“Continue”" not in author.get(url).content.decode()
+
+    page = author.post(url, {"field": "target", "action": "describe", "description": "continue"})
+
+    assert "[2] button “Continue”" in page.content.decode()
+    assert author.get(f"{url}2.png")["Content-Type"] == "image/png"
+    author.post(url, {"field": "target", "number": 2})
+    draft = demo_workflow.versions.get(status="draft")
+    assert next(s for s in draft.steps if s["id"] == "review")["target"]["name"] == "Continue"
+
+
+def test_a_run_input_echoed_by_the_page_reaches_the_model_as_its_reference(
+    operator: User,
+    demo_workflow: Workflow,
+    author: Client,
+    model: FakeModel,
+    run_files_in_tmp: Path,
+) -> None:
+    run = failed_at(operator, demo_workflow, REVIEW, "review", ["Pay INV-1001", "Review INV-1001"])
+
+    author.post(
+        f"/runs/{run.pk}/steps/{REVIEW}/heal/",
+        {"field": "target", "action": "describe", "description": "the review button"},
+    )
+
+    prompt = model.requests[0]["messages"][-1]["content"]
+    assert "INV-1001" not in prompt
+    assert '[2] button "Review {{ params.invoice }}"' in prompt
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_model_call_is_audited_outside_any_test_transaction(
+    operator: User, demo_workflow: Workflow, model: FakeModel, run_files_in_tmp: Path
+) -> None:
+    # Requests are not wrapped in a transaction: the audit event opens its own.
+    client = Client()
+    client.force_login(operator)
+    url = a_failed_review(operator, demo_workflow)
+
+    page = client.post(url, {"field": "target", "action": "rank"})
+
+    assert page.status_code == 200
+    assert AuditEvent.objects.filter(action="assist.model_called").count() == 1

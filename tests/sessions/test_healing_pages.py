@@ -133,5 +133,40 @@ def test_the_place_the_button_had_when_the_step_last_passed_proposes_a_new_name(
     body = author.get(f"/runs/{run.pk}/steps/{REVIEW}/heal/").content.decode()
 
     assert "[2] button “Continue”" in body
-    assert f"where the button was when run #{passed.pk} passed (2nd button)" in body
+    assert f"where the button was when run #{passed.pk} passed this step (2nd button)" in body
     assert "“Back”" not in body
+
+
+def test_a_draft_changed_since_the_run_is_not_overwritten_and_notes_add_up(
+    operator: User, demo_workflow: Workflow, author: Client, run_files_in_tmp: Path
+) -> None:
+    run = failed_at(operator, demo_workflow, REVIEW, "review", ["Check the payment"])
+    url = f"/runs/{run.pk}/steps/{REVIEW}/heal/"
+    author.post(url, {"field": "target", "number": 1})
+
+    # The same failed run healed again: the draft now looks for the new button.
+    again = author.post(url, {"field": "target", "number": 1})
+
+    assert again.status_code == 400
+    assert "looks for the button &#x27;Check the payment&#x27; now" in again.content.decode()
+    other = failed_at(operator, demo_workflow, SUBMIT, "submit-payment", ["Submit the payment"])
+    author.post(
+        f"/runs/{other.pk}/steps/{SUBMIT}/heal/",
+        {"field": "target", "number": 1, "confirm": "submit-payment"},
+    )
+    draft = demo_workflow.versions.get(status=WorkflowVersion.Status.DRAFT)
+    assert draft.message.count("after run #") == 2
+    assert AuditEvent.objects.filter(action="workflow.step_healed", run_id=other.pk).count() == 1
+
+
+def test_a_run_whose_files_were_pruned_offers_no_pictures(
+    operator: User, demo_workflow: Workflow, author: Client, run_files_in_tmp: Path
+) -> None:
+    run = failed_at(operator, demo_workflow, REVIEW, "review", ["Check the payment"])
+    Run.objects.filter(pk=run.pk).update(files_pruned_at=timezone.now())
+
+    page = author.get(f"/runs/{run.pk}/steps/{REVIEW}/heal/").content.decode()
+
+    assert "“Check the payment”" in page
+    assert "/heal/1.png" not in page
+    assert author.get(f"/runs/{run.pk}/steps/{REVIEW}/heal/1.png").status_code == 404

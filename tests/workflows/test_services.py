@@ -305,6 +305,20 @@ def test_importing_the_latest_version_again_says_nothing_changed_and_makes_no_dr
     assert AuditEvent.objects.count() == events
 
 
+def test_importing_the_latest_version_restores_settings_changed_since(
+    operator: User, acme_credential: Credential
+) -> None:
+    workflow = services.workflow_import(user=operator, text=EXAMPLE.read_bytes())
+    services.workflow_publish(workflow_id=workflow.pk, user=operator, message="v1")
+    Workflow.objects.filter(pk=workflow.pk).update(step_budget=12)
+
+    services.workflow_import(user=operator, text=EXAMPLE.read_bytes())
+
+    workflow.refresh_from_db()
+    assert workflow.step_budget == 40
+    assert workflow.versions.filter(status="draft").exists()
+
+
 def test_credentials_are_encrypted_at_rest(acme_credential: Credential) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT * FROM workflows_credential")

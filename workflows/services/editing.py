@@ -358,13 +358,18 @@ def step_target_heal(
     step_id: str,
     field: str,
     target: dict[str, Any],
+    expected: dict[str, Any],
     note: str,
+    run_id: int | None = None,
     confirm: str = "",
 ) -> WorkflowVersion:
     """Point a step's target (``field``: ``target``, or a login's ``username``, ``password`` or
     ``submit``) at another element, in the draft (created from the latest version when there is
-    none). ``note`` says why, for the audit trail and the publish message; nothing runs with it
-    until a person publishes. An irreversible step changes only with ``confirm`` equal to its id.
+    none). ``expected`` is the target the person healed: a draft whose target changed since (an
+    edit, another healing) is refused rather than overwritten. ``note`` says why; it joins the
+    draft's publish message and the audit trail, and nothing runs with the change until a person
+    publishes. An irreversible step changes only with ``confirm`` equal to its id. Not idempotent
+    in its audit events; the target it sets is the same each time.
     """
     workflow, draft = editable_draft(workflow_id)
     steps = _steps_of(draft, session=False)
@@ -372,8 +377,14 @@ def step_target_heal(
     if index is None:
         raise WorkflowError(f"the draft has no step '{step_id}' any more: edit it by hand")
     before = steps[index]
-    if not isinstance(before.get(field), dict):
+    if not isinstance(getattr(validate_step(before), field, None), Target):
         raise WorkflowError(f"step '{step_id}' has no target '{field}'")
+    if Target.model_validate(before[field]) != Target.model_validate(expected):
+        now = Target.model_validate(before[field]).describe()
+        raise WorkflowError(
+            f"the draft's step '{step_id}' looks for {now} now, not what the run looked for: "
+            "reload the page"
+        )
     if before.get("irreversible") and confirm.strip() != step_id:
         raise WorkflowError(
             "confirm",
@@ -387,7 +398,7 @@ def step_target_heal(
     step = _step_dump(validate_step({**before, field: target}))
     steps[index] = step
     _put_steps(draft, steps, session=False)
-    draft.message = note
+    draft.message = "; ".join(m for m in (draft.message, note) if m)[:500]
     draft.save(update_fields=["message", "updated_at"])
     audit_record(
         action="workflow.step_healed",
@@ -397,5 +408,6 @@ def step_target_heal(
         before={field: before[field]},
         after={field: step[field]},
         extra={"draft": draft.pk, "step": step_id, "note": note},
+        run_id=run_id,
     )
     return draft

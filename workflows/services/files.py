@@ -27,8 +27,8 @@ from workflows.schema import (
     document_problems,
 )
 from workflows.services.drafts import (
-    content_hash,
     credential_kinds,
+    draft_canonical_data,
     draft_get_or_create,
     identity_of,
     lock_workflow,
@@ -146,7 +146,8 @@ def _refuse_unchanged(workflow: Workflow, document: WorkflowDocument) -> None:
         .order_by("-number")
         .first()
     )
-    if latest is not None and latest.content_hash == content_hash(document):
+    # The workflow's settings may have changed since that version: then the file restores them.
+    if latest is not None and draft_canonical_data(workflow, latest) == canonical_data(document):
         assert latest.number is not None
         raise ImportUnchanged(workflow, latest.number)
 
