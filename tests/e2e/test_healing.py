@@ -52,6 +52,7 @@ def import_and_publish(page: Page, stack: Stack) -> None:
     page.get_by_role("button", name="Import").click()
     page.get_by_label("What changed").fill("first version")
     page.get_by_role("button", name="Publish version 1").click()
+    expect(page.get_by_text("Published version 1")).to_be_visible()
 
 
 def launch(page: Page, stack: Stack) -> None:
