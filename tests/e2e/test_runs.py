@@ -50,9 +50,12 @@ def test_the_demo_workflow_waits_for_a_reviewer_then_pays_once(
         reviewer.get_by_role("navigation", name="Main").get_by_role(
             "link", name="Approvals"
         ).click()
-        # This run's request: the queue may hold other workflows' requests too.
+        # This run's request: the queue may hold other runs' requests too (another test's, left
+        # waiting on the same installation).
+        portal = stack.portal_url.rstrip("/")
         reviewer.get_by_role("row").filter(has_text="Pay an Acme invoice v1").get_by_role(
-            "link", name="Click the button 'Submit payment'"
+            "link",
+            name=f"Click the button 'Submit payment' on {portal}/invoices/{invoice.number}/",
         ).click()
         expect(reviewer.get_by_role("heading", level=1)).to_contain_text(
             f"Click the button 'Submit payment' on {stack.portal_url.rstrip('/')}"
