@@ -476,6 +476,10 @@ SANDBOX_BACKEND = env_choice(
 ENGINE_CONFIG = engine_config()
 # Screenshots, observations and downloads of runs; served only through permission checks.
 RUN_FILES_DIR = Path(env_str("PANDAWEB_RUN_FILES_DIR", str(DATA_DIR / "runs")))
+# Scratch sessions (authoring on a live page): how many browsers they may hold at once in the
+# whole installation, and how long one lives.
+SCRATCH_SESSIONS_MAX = env_int("PANDAWEB_SCRATCH_SESSIONS_MAX", 4, minimum=1)
+SCRATCH_SESSION_MINUTES = env_int("PANDAWEB_SCRATCH_SESSION_MINUTES", 15, minimum=1)
 # A run whose worker has not reported for this long is marked interrupted by the reaper.
 RUN_HEARTBEAT_TIMEOUT_SECONDS = env_int("PANDAWEB_RUN_HEARTBEAT_TIMEOUT", 60, minimum=2)
 # Every worker looks after its host's sandboxes this often: reaps expired ones, adopts runs no

@@ -352,3 +352,59 @@ class ControlSession(models.Model):
 
     def __str__(self) -> str:
         return f"Control of run #{self.run_id} by {self.user}"
+
+
+class ScratchSession(models.Model):
+    """A browser of a workflow's backend, behind its allowlist, where a person tries the draft's
+    steps and points at elements to write targets. Nothing irreversible is ever done in it; it
+    is time-limited and destroyed on closing or expiry."""
+
+    class Status(models.TextChoices):
+        STARTING = "starting", "Starting"
+        READY = "ready", "Ready"
+        BUSY = "busy", "Working"
+        CLOSED = "closed", "Closed"
+        EXPIRED = "expired", "Expired"
+        FAILED = "failed", "Failed"
+
+    OPEN = frozenset({Status.STARTING, Status.READY, Status.BUSY})
+
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="scratch_sessions"
+    )
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.STARTING)
+    backend = models.CharField(max_length=20, default="local")
+    sandbox = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    # What it is doing now, in words ("running steps 1 to 3"), while busy.
+    doing = models.CharField(max_length=200, blank=True)
+    # Each step's last result here, by the step's id: status, sentence, error, picture.
+    results = models.JSONField(default=dict, blank=True)
+    # The page as last seen: its picture (a file of the session's directory), address and
+    # observation, on which a person points at elements.
+    picture = models.CharField(max_length=100, blank=True)
+    url = models.CharField(max_length=2000, blank=True)
+    observation = models.JSONField(null=True, blank=True)
+    # The element last pointed at and the targets proposed for it, or why there are none.
+    picked = models.JSONField(null=True, blank=True)
+    # The hosts the allowlist kept the browser from, with how often: {host: count}.
+    refused = models.JSONField(default=dict, blank=True)
+    # Bumped by every finished piece of work: the page re-reads what changed.
+    seq = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-pk"]
+        indexes = [models.Index(fields=["status", "expires_at"], name="scratch_status_expiry")]
+
+    def __str__(self) -> str:
+        return f"Scratch session #{self.pk} of {self.workflow}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in self.OPEN

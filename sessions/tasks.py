@@ -8,6 +8,7 @@ from celery.signals import worker_process_init, worker_ready
 
 from sessions import services
 from sessions.models import Run, SessionTemplate
+from sessions.services import scratch
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,35 @@ def runs_reap_task() -> None:
         logger.info("questions reminded before their timeout: %s", done["questions_reminded"])
     if done["questions_expired"]:
         logger.warning("questions nobody answered in time: %s", done["questions_expired"])
+    ended = scratch.scratch_expire_due()
+    if ended:
+        logger.info("scratch sessions whose time ran out: %s", ended)
+
+
+@shared_task(name="scratch.start", ignore_result=True, acks_late=False)
+def scratch_start_task(*, scratch_id: int) -> None:
+    from sessions.services import scratch_worker
+
+    scratch_worker.scratch_start(scratch_id=scratch_id)
+
+
+# No retry: the author asks again if they want to (a step may have typed into the portal).
+@shared_task(name="scratch.act", ignore_result=True, acks_late=False)
+def scratch_act_task(
+    *,
+    scratch_id: int,
+    action: str,
+    index: int | None,
+    steps: list[dict[str, Any]],
+    inputs: dict[str, Any],
+    element: dict[str, Any] | None,
+) -> None:
+    from sessions.services import scratch_worker
+
+    scratch_worker.scratch_act(
+        scratch_id=scratch_id, action=action, index=index, steps=steps, inputs=inputs,
+        element=element,
+    )  # fmt: skip
 
 
 # No retry: a login that failed (a changed password) must not be tried again and again.

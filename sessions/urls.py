@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sessions import console_views, views
+from sessions import console_views, scratch_views, views
 
 app_name = "runs"
 urlpatterns = [
@@ -26,6 +26,16 @@ urlpatterns = [
         name="heal_picture",
     ),
     path("<int:run_id>/files/<path:path>", views.run_file, name="file"),
+    path("scratch/open/<slug:slug>/", scratch_views.scratch_open, name="scratch_open"),
+    path("scratch/<int:scratch_id>/", scratch_views.scratch_page, name="scratch"),
+    path("scratch/<int:scratch_id>/ask/", scratch_views.scratch_ask, name="scratch_ask"),
+    path("scratch/<int:scratch_id>/use/", scratch_views.scratch_use, name="scratch_use"),
+    path("scratch/<int:scratch_id>/close/", scratch_views.scratch_close, name="scratch_close"),
+    path(
+        "scratch/<int:scratch_id>/pictures/<str:name>",
+        scratch_views.scratch_picture,
+        name="scratch_picture",
+    ),
     path("session-templates/<slug:slug>/", views.session_template, name="session_template"),
     path(
         "session-templates/<slug:slug>/bake/",

@@ -111,6 +111,12 @@ def outline_target(
     return _png(image)
 
 
+def picture_size(image_bytes: bytes) -> tuple[int, int]:
+    """Width and height of a picture in pixels (read from its header)."""
+    with Image.open(io.BytesIO(image_bytes)) as image:
+        return image.size
+
+
 def thumbnail(image_bytes: bytes, *, width: int = 320) -> bytes:
     """A JPEG (quality 70) ``width`` pixels wide, keeping the aspect ratio, for the timeline."""
     image: Image.Image = Image.open(io.BytesIO(image_bytes))

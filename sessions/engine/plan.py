@@ -66,6 +66,10 @@ class RunPlan:
     capture_state: bool = False
     # The answer to the ask step the run waited at: the run goes on from that step.
     answer: Answer | None = None
+    # A scratch session's rehearsal of a draft: steps up to ``stop_index`` (exclusive), with
+    # every irreversible step and every question to a person recorded as skipped, never done.
+    rehearsal: bool = False
+    stop_index: int | None = None
 
 
 Status = Literal[

@@ -23,7 +23,7 @@ from playwright.sync_api import Browser, BrowserContext, Download, Locator, Page
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from sessions.engine import capturing, gatekeeping, locating, steps, wording
+from sessions.engine import capturing, gatekeeping, locating, picking, steps, wording
 from sessions.engine import observation as observing
 from sessions.engine.driver import Connection, connect_timeout_ms, with_browser
 from sessions.engine.outcomes import (
@@ -136,10 +136,15 @@ class Runner:
 
     # The loop ------------------------------------------------------------------------------
 
-    def run(self, cdp_url: str, *, artifacts_dir: str | None = None) -> RunOutcome:
+    def run(
+        self, cdp_url: str, *, artifacts_dir: str | None = None, start_over: bool = False
+    ) -> RunOutcome:
+        """Run the plan on the browser at ``cdp_url``; ``start_over`` first forgets what the
+        browser holds (its cookies, its other tabs, the page), as a scratch session's "run up to
+        here" does."""
         return with_browser(
             cdp_url,
-            self._run,
+            lambda browser: self._run(_started_over(browser) if start_over else browser),
             artifacts_dir=artifacts_dir,
             timeout_ms=connect_timeout_ms(self.plan.time_scale),
         )
@@ -147,6 +152,24 @@ class Runner:
     def run_on(self, connection: Connection) -> RunOutcome:
         """``run`` on a connection opened ahead of time."""
         return connection.run(self._run)
+
+    def look(self, browser: Browser) -> StepRecord:
+        """The page as it is now, recorded as a step's evidence is (a scratch session's look)."""
+        self._watch(browser.contexts[0] if browser.contexts else browser.new_context())
+        record = StepRecord(
+            index=-1, step_id="", step_type="look", sentence="The page as it is now",
+            status="succeeded", started_at=datetime.now(UTC), duration_ms=0,
+        )  # fmt: skip
+        capturing.capture(self, record, touched_page=True, watch=False)
+        record.status = "failed" if record.error else "succeeded"
+        return record
+
+    def pick(self, browser: Browser, element: dict[str, Any]) -> list[picking.Proposal]:
+        """Targets for ``element`` of the last observation, tried on the page as it is now."""
+        self._watch(browser.contexts[0] if browser.contexts else browser.new_context())
+        return picking.pick(
+            self.page, element, lambda page, target: self.locate(page, target, strict=False)
+        )
 
     def _run(self, browser: Browser) -> RunOutcome:
         context = browser.contexts[0] if browser.contexts else browser.new_context()
@@ -208,9 +231,13 @@ class Runner:
     def _steps(self, context: BrowserContext) -> RunOutcome:
         executed = 0
         index = self.plan.start_index
-        for index in range(self.plan.start_index, len(self.plan.steps)):
+        end = len(self.plan.steps) if self.plan.stop_index is None else self.plan.stop_index
+        for index in range(self.plan.start_index, end):
             step = STEP_ADAPTER.validate_python(self.plan.steps[index])
             assert isinstance(step, StepBase)
+            if self.plan.rehearsal and (step.irreversible or isinstance(step, AskStep)):
+                self.sink.step_finished(self._skipped(index, step))
+                continue
             stop = self.sink.stop_reason()
             if stop:
                 return self._outcome("cancelled", stop, index, executed)
@@ -297,7 +324,20 @@ class Runner:
                 )
             if record.status == "failed":
                 return self._outcome("failed", record.error, index, executed, step)
-        return self._outcome("succeeded", "", len(self.plan.steps), executed)
+        return self._outcome("succeeded", "", end, executed)
+
+    def _skipped(self, index: int, step: StepBase) -> StepRecord:
+        why = "it is irreversible" if step.irreversible else "it asks a person"
+        return StepRecord(
+            index=index,
+            step_id=step.id,
+            step_type=step.type,
+            sentence=self.words(describe_step(step)),
+            status="skipped",
+            started_at=datetime.now(UTC),
+            duration_ms=0,
+            error=f"never done in a scratch session: {why}",
+        )
 
     def _handed_back(self, handed: HandBack) -> None:
         """A person had the browser: nothing seen before is known to hold now. The next step
@@ -735,6 +775,26 @@ def _load_storage_state(context: BrowserContext, state: dict[str, Any]) -> None:
             )
         finally:
             page.close()
+
+
+def _started_over(browser: Browser) -> Browser:
+    context = browser.contexts[0] if browser.contexts else browser.new_context()
+    context.clear_cookies()
+    pages = [p for p in context.pages if not p.is_closed()]
+    for page in pages[1:]:
+        page.close()
+    page = pages[0] if pages else context.new_page()
+    page.goto("about:blank")
+    # Storage outlives cookies; a page of the portal's origin would need opening to clear its
+    # own, so the browser is asked to clear every origin's.
+    cdp = context.new_cdp_session(page)
+    try:
+        cdp.send("Storage.clearDataForOrigin", {"origin": "*", "storageTypes": "all"})
+    except PlaywrightError:
+        pass
+    finally:
+        cdp.detach()
+    return browser
 
 
 def safe_filename(name: str) -> str:

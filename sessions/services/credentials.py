@@ -9,9 +9,14 @@ from workflows.services import vault
 
 
 def credentials_open(
-    names: list[str], *, run_id: int | None, template_id: int | None = None
+    names: list[str],
+    *,
+    run_id: int | None,
+    template_id: int | None = None,
+    scratch_id: int | None = None,
 ) -> dict[str, dict[str, str]]:
-    """Decrypt credentials for a run or a bake; each use is audited, never the value."""
+    """Decrypt credentials for a run, a bake or a scratch session; each use is audited, never
+    the value."""
     box = vault()
     values = {}
     for credential in Credential.objects.filter(name__in=names).order_by("name"):
@@ -23,6 +28,10 @@ def credentials_open(
             actor_kind=AuditEvent.ActorKind.RUNNER,
             after={"name": credential.name},
             run_id=run_id,
-            extra={"session_template": template_id} if template_id else None,
+            extra={
+                **({"session_template": template_id} if template_id else {}),
+                **({"scratch_session": scratch_id} if scratch_id else {}),
+            }
+            or None,
         )
     return values

@@ -26,6 +26,7 @@ from workflows.services.editing import (
     step_move,
     step_save,
     step_target_heal,
+    step_target_set,
 )
 from workflows.services.errors import WorkflowError
 from workflows.services.files import (
@@ -66,6 +67,7 @@ __all__ = [
     "step_move",
     "step_save",
     "step_target_heal",
+    "step_target_set",
     "vault",
     "version_export",
     "workflow_create",

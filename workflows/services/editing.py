@@ -363,27 +363,57 @@ def step_target_heal(
     run_id: int | None = None,
     confirm: str = "",
 ) -> WorkflowVersion:
-    """Point a step's target (``field``: ``target``, or a login's ``username``, ``password`` or
-    ``submit``) at another element, in the draft (created from the latest version when there is
-    none). ``expected`` is the target the person healed: a draft whose target changed since (an
-    edit, another healing) is refused rather than overwritten. ``note`` says why; it joins the
-    draft's publish message and the audit trail, and nothing runs with the change until a person
-    publishes. An irreversible step changes only with ``confirm`` equal to its id. Not idempotent
-    in its audit events; the target it sets is the same each time.
-    """
+    """Point a failed run's step target (``field``: ``target``, or a login's ``username``,
+    ``password`` or ``submit``) at another element, in the draft (created from the latest
+    version when there is none). ``note`` says why; it joins the draft's publish message and
+    the audit trail, and nothing runs with the change until a person publishes. See
+    ``step_target_set`` for ``expected`` and ``confirm``."""
+    return step_target_set(
+        workflow_id=workflow_id, user=user, step_id=step_id, field=field, target=target,
+        expected=expected, confirm=confirm, action="workflow.step_healed", note=note,
+        run_id=run_id,
+    )  # fmt: skip
+
+
+@transaction.atomic
+def step_target_set(
+    *,
+    workflow_id: int,
+    user: User,
+    step_id: str,
+    field: str,
+    target: dict[str, Any],
+    expected: dict[str, Any] | None,
+    confirm: str = "",
+    action: str = "workflow.step_target_picked",
+    note: str = "",
+    run_id: int | None = None,
+    extra: dict[str, Any] | None = None,
+) -> WorkflowVersion:
+    """Set one target of a step of the draft (a run step's or a session step's), audited as
+    ``action``. ``expected`` is the target the person saw (None: the step had none yet): a draft
+    whose target changed since (an edit, another healing) is refused rather than overwritten. An
+    irreversible step changes only with ``confirm`` equal to its id. ``note`` joins the draft's
+    publish message. Not idempotent in its audit events; the target it sets is the same each
+    time."""
     workflow, draft = editable_draft(workflow_id)
+    session = False
     steps = _steps_of(draft, session=False)
     index = next((i for i, s in enumerate(steps) if s.get("id") == step_id), None)
     if index is None:
+        session = True
+        steps = _steps_of(draft, session=True)
+        index = next((i for i, s in enumerate(steps) if s.get("id") == step_id), None)
+    if index is None:
         raise WorkflowError(f"the draft has no step '{step_id}' any more: edit it by hand")
     before = steps[index]
-    if not isinstance(getattr(validate_step(before), field, None), Target):
+    if field not in type(validate_step(before)).target_fields():
         raise WorkflowError(f"step '{step_id}' has no target '{field}'")
-    if Target.model_validate(before[field]) != Target.model_validate(expected):
-        now = Target.model_validate(before[field]).describe()
+    had = Target.model_validate(before[field]) if before.get(field) else None
+    if had != (Target.model_validate(expected) if expected else None):
+        now = had.describe() if had is not None else "no element"
         raise WorkflowError(
-            f"the draft's step '{step_id}' looks for {now} now, not what the run looked for: "
-            "reload the page"
+            f"the draft's step '{step_id}' looks for {now} now, not what you saw: reload the page"
         )
     if before.get("irreversible") and confirm.strip() != step_id:
         raise WorkflowError(
@@ -397,17 +427,23 @@ def step_target_heal(
         )
     step = _step_dump(validate_step({**before, field: target}))
     steps[index] = step
-    _put_steps(draft, steps, session=False)
-    draft.message = "; ".join(m for m in (draft.message, note) if m)[:500]
-    draft.save(update_fields=["message", "updated_at"])
+    _put_steps(draft, steps, session=session)
+    if note:
+        draft.message = "; ".join(m for m in (draft.message, note) if m)[:500]
+        draft.save(update_fields=["message", "updated_at"])
     audit_record(
-        action="workflow.step_healed",
+        action=action,
         object_type="workflow",
         object_id=workflow.pk,
         actor=user,
-        before={field: before[field]},
+        before={field: before.get(field)},
         after={field: step[field]},
-        extra={"draft": draft.pk, "step": step_id, "note": note},
+        extra={
+            "draft": draft.pk,
+            "step": step_id,
+            **({"note": note} if note else {}),
+            **(extra or {}),
+        },
         run_id=run_id,
     )
     return draft

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, get_args
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
@@ -54,6 +54,15 @@ class StepBase(Strict):
 
     def targets(self) -> list[Target]:
         return [v for v in self.__dict__.values() if isinstance(v, Target)]
+
+    @classmethod
+    def target_fields(cls) -> tuple[str, ...]:
+        """The fields that name an element of the page (a login's three, a click's one)."""
+        return tuple(
+            name
+            for name, info in cls.model_fields.items()
+            if info.annotation is Target or Target in get_args(info.annotation)
+        )
 
     def templates(self) -> list[tuple[str, str]]:
         """(field, text) pairs whose text may contain ``{{ … }}`` references."""
@@ -189,7 +198,7 @@ class StepRecord:
     step_id: str
     step_type: str
     sentence: str
-    status: Literal["succeeded", "failed", "blocked"]
+    status: Literal["succeeded", "failed", "blocked", "skipped"]
     started_at: datetime
     duration_ms: int
     url: str = ""

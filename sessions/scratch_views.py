@@ -1,0 +1,182 @@
+"""Scratch sessions: try the draft's steps and pick targets on a live page (thin views over
+``sessions.services.scratch``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import FileResponse, Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from pandaweb.core.http import AuthenticatedRequest
+from pandaweb.core.permissions import capability_required
+from pandaweb.core.roles import Capability
+from sessions.engine.steps.language import Target
+from sessions.models import ScratchSession
+from sessions.services import scratch
+from workflows import selectors as workflow_selectors
+from workflows import services as workflow_services
+from workflows.schema import STEP_ADAPTER, describe_step
+
+
+@require_POST
+@capability_required(Capability.AUTHOR_WORKFLOWS)
+def scratch_open(request: AuthenticatedRequest, slug: str) -> HttpResponse:
+    workflow = workflow_selectors.workflow_get(slug)
+    try:
+        session = scratch.scratch_open(workflow_id=workflow.pk, user=request.user)
+    except scratch.ScratchError as exc:
+        messages.error(request, f"No scratch session was opened: {exc}.")
+        return redirect("workflows:detail", slug=slug)
+    return redirect("runs:scratch", scratch_id=session.pk)
+
+
+@require_GET
+@capability_required(Capability.AUTHOR_WORKFLOWS)
+def scratch_page(request: AuthenticatedRequest, scratch_id: int) -> HttpResponse:
+    session = _session(request, scratch_id)
+    template = "sessions/partials/_scratch.html" if request.htmx else "sessions/scratch.html"
+    return render(request, template, _context(session))
+
+
+@require_POST
+@capability_required(Capability.AUTHOR_WORKFLOWS)
+def scratch_ask(request: AuthenticatedRequest, scratch_id: int) -> HttpResponse:
+    session = _session(request, scratch_id)
+    action = request.POST.get("action", "")
+    element = request.POST.get("element", "")
+    errors: list[str] = []
+    if action not in ("run_to", "try", "look", "pick"):
+        errors.append("Nothing was asked: unknown action.")
+    else:
+        try:
+            session = scratch.scratch_ask(
+                scratch_id=session.pk,
+                user=request.user,
+                action=action,  # type: ignore[arg-type]
+                step_id=request.POST.get("step_id", ""),
+                element=int(element) if element.isdigit() else None,
+            )
+        except scratch.ScratchError as exc:
+            errors.append(f"Nothing was asked: {exc}.")
+    return _answer(request, session, errors)
+
+
+@require_POST
+@capability_required(Capability.AUTHOR_WORKFLOWS)
+def scratch_use(request: AuthenticatedRequest, scratch_id: int) -> HttpResponse:
+    session = _session(request, scratch_id)
+    step_id, _, field = request.POST.get("step_field", "").partition(":")
+    proposal = request.POST.get("proposal", "")
+    errors: list[str] = []
+    try:
+        scratch.scratch_use_target(
+            scratch_id=session.pk,
+            user=request.user,
+            step_id=step_id,
+            field=field or "target",
+            proposal=int(proposal) if proposal.isdigit() else -1,
+            confirm=request.POST.get("confirm", ""),
+        )
+    except scratch.ScratchError as exc:
+        errors.append(f"The draft was not changed: {exc}.")
+    except workflow_services.WorkflowError as exc:
+        said = [m for ms in (exc.field_errors or {}).values() for m in ms] or [str(exc)]
+        errors.extend(f"The draft was not changed: {message}." for message in said)
+    else:
+        messages.success(
+            request, f"Step '{step_id}' of the draft now uses the target you picked ({field})."
+        )
+    return _answer(request, session, errors)
+
+
+@require_POST
+@capability_required(Capability.AUTHOR_WORKFLOWS)
+def scratch_close(request: AuthenticatedRequest, scratch_id: int) -> HttpResponse:
+    session = _session(request, scratch_id)
+    scratch.scratch_close(scratch_id=session.pk, user=request.user)
+    messages.info(request, "The scratch session is closed and its browser destroyed.")
+    return redirect("workflows:detail", slug=session.workflow.slug)
+
+
+@require_GET
+@capability_required(Capability.AUTHOR_WORKFLOWS)
+def scratch_picture(request: AuthenticatedRequest, scratch_id: int, name: str) -> FileResponse:
+    session = _session(request, scratch_id)
+    path = scratch.scratch_files_dir(session.pk) / name
+    if "/" in name or not name.endswith(".jpg") or not path.is_file():
+        raise Http404("no such picture")
+    response = FileResponse(path.open("rb"), content_type="image/jpeg")
+    response["Cache-Control"] = "private, max-age=600"
+    return response
+
+
+def _session(request: AuthenticatedRequest, scratch_id: int) -> ScratchSession:
+    try:
+        return scratch.scratch_get(scratch_id=scratch_id, user=request.user)
+    except ScratchSession.DoesNotExist:
+        # Someone else's browser is nobody else's to see or drive.
+        raise Http404("no such scratch session of yours") from None
+
+
+def _answer(
+    request: AuthenticatedRequest, session: ScratchSession, errors: list[str]
+) -> HttpResponse:
+    session.refresh_from_db()
+    if request.htmx:
+        context = {**_context(session), "errors": errors}
+        return render(request, "sessions/partials/_scratch.html", context, status=200)
+    for error in errors:
+        messages.error(request, error)
+    return redirect("runs:scratch", scratch_id=session.pk)
+
+
+def _context(session: ScratchSession) -> dict[str, Any]:
+    rows = []
+    targets: list[dict[str, Any]] = []
+    picked_name = " ".join(
+        str(((session.picked or {}).get("element") or {}).get("name") or "").split()
+    ).casefold()
+    for data in scratch.scratch_steps(session.workflow):
+        try:
+            step = STEP_ADAPTER.validate_python(data)
+        except ValueError:
+            rows.append(
+                {"id": data.get("id", "?"), "sentence": "(does not read: fix it in the editor)"}
+            )
+            continue
+        rows.append(
+            {
+                "id": step.id,
+                "sentence": describe_step(step),
+                "irreversible": step.irreversible,
+                "asks": step.type == "ask",
+                "result": session.results.get(step.id),
+            }
+        )
+        for name in step.target_fields():
+            current = getattr(step, name, None)
+            targets.append(
+                {
+                    "value": f"{step.id}:{name}",
+                    "label": f"{step.id} · {name}",
+                    # The step that already looks for an element of this name is the likely one.
+                    "likely": bool(picked_name)
+                    and isinstance(current, Target)
+                    and current.readable_name.casefold() == picked_name,
+                }
+            )
+    observation = session.observation or {}
+    return {
+        "session": session,
+        "workflow": session.workflow,
+        "rows": rows,
+        "step_fields": targets,
+        "elements": [e for e in observation.get("elements") or [] if e.get("box")],
+        "width": observation.get("width") or 1280,
+        "height": observation.get("height") or 900,
+        "polling": session.status in (ScratchSession.Status.STARTING, ScratchSession.Status.BUSY),
+        "refused": sorted((session.refused or {}).items()),
+    }

@@ -1,0 +1,284 @@
+"""Scratch sessions: the web side (open, ask for work, close, expire, use a picked target).
+
+A scratch session is a browser of the workflow's backend behind the workflow's allowlist where
+an author tries the draft's steps and points at elements of the live page to write targets. The
+browser lives in its sandbox's supervisor, as a waiting run's does; each piece of work (run up to
+a step, try one step, look at the page, pick an element) is a task of a worker on the sandbox's
+host (``sessions.services.scratch_worker``), one at a time. Nothing irreversible is ever done:
+irreversible steps and questions to people are recorded as skipped. Every change is audited,
+sessions are time-limited and counted against ``SCRATCH_SESSIONS_MAX``, and the browser is
+destroyed on closing or expiry (its watchdog destroys it at the expiry even if nothing else
+runs).
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from pandaweb.audit.services import audit_record
+from pandaweb.core.dispatch import dispatch, task_named
+from sessions.engine.steps.language import Target
+from sessions.models import ScratchSession
+from sessions.services.runstate import destroy_sandbox, host_queue
+from workflows import selectors as workflow_selectors
+from workflows import services as workflow_services
+from workflows.models import Workflow, WorkflowVersion
+
+Action = Literal["run_to", "try", "look", "pick"]
+S = ScratchSession.Status
+
+
+class ScratchError(Exception):
+    """The scratch session cannot do that now; the message is for people."""
+
+
+def scratch_files_dir(scratch_id: int) -> Path:
+    return Path(settings.RUN_FILES_DIR) / "scratch" / str(scratch_id)
+
+
+def scratch_steps(workflow: Workflow) -> list[dict[str, Any]]:
+    """What a scratch session tries: the working copy's session steps (the login a session
+    template would bake), then its run steps, as one list."""
+    version = workflow_selectors.working_copy(workflow)
+    if version is None:
+        return []
+    return [*((version.session or {}).get("steps") or []), *(version.steps or [])]
+
+
+def scratch_inputs(workflow: Workflow) -> dict[str, Any]:
+    """The parameters' defaults: a scratch session has no launch form (a step that needs a
+    parameter without a default fails, saying which)."""
+    version = workflow_selectors.working_copy(workflow)
+    return {
+        str(p["name"]): p["default"]
+        for p in (version.parameters if version is not None else [])
+        if p.get("default") is not None
+    }
+
+
+def scratch_open(*, workflow_id: int, user: User) -> ScratchSession:
+    """Open a scratch session of the workflow for ``user``, or return the one they have open.
+    Raises ScratchError when every scratch session the installation allows is in use."""
+    with transaction.atomic():
+        workflow = Workflow.objects.select_for_update().get(pk=workflow_id)
+        mine = ScratchSession.objects.filter(
+            workflow=workflow, started_by=user, status__in=ScratchSession.OPEN
+        ).first()
+        if mine is not None:
+            return mine
+        if workflow.archived:
+            raise ScratchError("this workflow is archived")
+        if not workflow.allowed_hosts:
+            raise ScratchError(
+                "the workflow allows no host yet: add its portal to the allowed hosts first"
+            )
+        open_now = ScratchSession.objects.filter(status__in=ScratchSession.OPEN)
+        if open_now.count() >= settings.SCRATCH_SESSIONS_MAX:
+            first = open_now.order_by("expires_at").first()
+            until = timezone.localtime(first.expires_at).strftime("%H:%M") if first else "soon"
+            raise ScratchError(
+                f"all {settings.SCRATCH_SESSIONS_MAX} scratch sessions are in use; close one "
+                f"or wait until one ends (the first at {until})"
+            )
+        session = ScratchSession.objects.create(
+            workflow=workflow,
+            started_by=user,
+            backend=settings.SANDBOX_BACKEND,
+            expires_at=timezone.now() + timedelta(minutes=settings.SCRATCH_SESSION_MINUTES),
+        )
+        audit_record(
+            action="scratch.opened",
+            object_type="scratch_session",
+            object_id=session.pk,
+            actor=user,
+            after={
+                "workflow": workflow.slug,
+                "allowed_hosts": list(workflow.allowed_hosts),
+                "backend": session.backend,
+                "expires_at": session.expires_at.isoformat(),
+            },
+        )
+        dispatch(task_named("scratch.start"), scratch_id=session.pk)
+    return session
+
+
+def scratch_get(*, scratch_id: int, user: User) -> ScratchSession:
+    """The scratch session, for the person who opened it (a browser is nobody else's to drive).
+    Raises ScratchSession.DoesNotExist otherwise."""
+    return ScratchSession.objects.select_related("workflow").get(pk=scratch_id, started_by=user)
+
+
+def scratch_ask(
+    *,
+    scratch_id: int,
+    user: User,
+    action: Action,
+    step_id: str = "",
+    element: int | None = None,
+) -> ScratchSession:
+    """Queue one piece of work: ``run_to`` (the steps from the first up to ``step_id``, on a
+    fresh page), ``try`` (only ``step_id``, on the page as it is), ``look`` (a new picture of
+    the page), ``pick`` (targets for ``element`` of the last picture's observation). One at a
+    time: asking while it works is refused in words (a double click queues nothing)."""
+    with transaction.atomic():
+        session = _lock(scratch_id, user)
+        _refuse_unless_ready(session)
+        steps = scratch_steps(session.workflow)
+        ids = [str(step.get("id", "")) for step in steps]
+        if action in ("run_to", "try") and step_id not in ids:
+            raise ScratchError(f"the draft has no step '{step_id}' any more: reload the page")
+        index = ids.index(step_id) if step_id in ids else None
+        picked: dict[str, Any] | None = None
+        if action == "pick":
+            picked = _element(session, element)
+        doing = {
+            "run_to": f"running steps 1 to {(index or 0) + 1}",
+            "try": f"trying step {(index or 0) + 1} ('{step_id}')",
+            "look": "looking at the page",
+            "pick": f"finding targets for element [{element}]",
+        }[action]
+        session.status = S.BUSY
+        session.doing = doing
+        session.save(update_fields=["status", "doing"])
+        audit_record(
+            action="scratch.asked",
+            object_type="scratch_session",
+            object_id=session.pk,
+            actor=user,
+            after={"action": action, "step": step_id, "element": element, "doing": doing},
+        )
+        host = str((session.sandbox or {}).get("host") or "")
+        dispatch(
+            task_named("scratch.act"),
+            # The browser is on one machine: only its workers can reach it.
+            queue=host_queue(host) if host else None,
+            scratch_id=session.pk,
+            action=action,
+            index=index,
+            steps=steps,
+            inputs=scratch_inputs(session.workflow),
+            element=picked,
+        )
+    return session
+
+
+def _element(session: ScratchSession, number: int | None) -> dict[str, Any]:
+    elements = (session.observation or {}).get("elements") or []
+    element = next((e for e in elements if number is not None and e.get("number") == number), None)
+    if element is None:
+        raise ScratchError(f"the page has no element [{number}] now: look at the page again")
+    return dict(element)
+
+
+def scratch_use_target(
+    *,
+    scratch_id: int,
+    user: User,
+    step_id: str,
+    field: str,
+    proposal: int,
+    confirm: str = "",
+) -> WorkflowVersion:
+    """Put proposal ``proposal`` (its place in the last pick's list) into the draft's step
+    ``step_id``, field ``field``. Raises ``workflow_services.WorkflowError`` (an irreversible
+    step asks for its id as confirmation) or ScratchError, in people's words."""
+    session = scratch_get(scratch_id=scratch_id, user=user)
+    proposals = (session.picked or {}).get("proposals") or []
+    if not 0 <= proposal < len(proposals):
+        raise ScratchError("that proposal is gone: pick the element again")
+    target = Target.model_validate(proposals[proposal]["target"])
+    steps = {str(s.get("id")): s for s in scratch_steps(session.workflow)}
+    if step_id not in steps:
+        raise ScratchError(f"the draft has no step '{step_id}' any more: reload the page")
+    had = steps[step_id].get(field)
+    return workflow_services.step_target_set(
+        workflow_id=session.workflow_id,
+        user=user,
+        step_id=step_id,
+        field=field,
+        target=target.model_dump(exclude_defaults=True),
+        expected=had if isinstance(had, dict) else None,
+        confirm=confirm,
+        extra={"scratch_session": session.pk, "matches": proposals[proposal].get("matches")},
+    )
+
+
+def scratch_close(*, scratch_id: int, user: User | None, reason: str = "") -> ScratchSession:
+    """End the session and destroy its browser. Idempotent."""
+    with transaction.atomic():
+        session = ScratchSession.objects.select_for_update().get(pk=scratch_id)
+        if user is not None and session.started_by_id != user.pk:
+            raise ScratchSession.DoesNotExist
+        if not session.is_open:
+            return session
+        expired = user is None
+        status = S.EXPIRED if expired else S.CLOSED
+        sandbox = _end(session, status, reason or ("its time ran out" if expired else "closed"))
+        audit_record(
+            action="scratch.expired" if expired else "scratch.closed",
+            object_type="scratch_session",
+            object_id=session.pk,
+            actor=user,
+            after={"reason": session.reason},
+        )
+    if sandbox:
+        destroy_sandbox(sandbox)
+    shutil.rmtree(scratch_files_dir(scratch_id), ignore_errors=True)
+    return session
+
+
+def scratch_expire_due() -> list[int]:
+    """End the scratch sessions whose time ran out (the reaper's job). Idempotent."""
+    due = ScratchSession.objects.filter(
+        status__in=ScratchSession.OPEN, expires_at__lte=timezone.now()
+    ).values_list("pk", flat=True)
+    ended = []
+    for scratch_id in list(due):
+        scratch_close(scratch_id=scratch_id, user=None)
+        ended.append(scratch_id)
+    return ended
+
+
+def open_count() -> int:
+    return ScratchSession.objects.filter(status__in=ScratchSession.OPEN).count()
+
+
+def _lock(scratch_id: int, user: User) -> ScratchSession:
+    session = (
+        ScratchSession.objects.select_for_update()
+        .select_related("workflow")
+        .get(pk=scratch_id, started_by=user)
+    )
+    if session.is_open and session.expires_at <= timezone.now():
+        raise ScratchError("this scratch session's time ran out: open a new one")
+    return session
+
+
+def _refuse_unless_ready(session: ScratchSession) -> None:
+    if session.status == S.STARTING:
+        raise ScratchError("the browser is still starting")
+    if session.status == S.BUSY:
+        raise ScratchError(f"the browser is busy {session.doing}: wait until it is done")
+    if not session.is_open:
+        raise ScratchError(f"this scratch session has ended ({session.reason}): open a new one")
+
+
+def _end(session: ScratchSession, status: str, reason: str) -> dict[str, Any] | None:
+    """Mark the session (locked) ended; returns the sandbox to destroy after the commit."""
+    sandbox = session.sandbox
+    session.status = status
+    session.reason = reason
+    session.ended_at = timezone.now()
+    session.sandbox = None
+    session.doing = ""
+    session.seq += 1
+    session.save(update_fields=["status", "reason", "ended_at", "sandbox", "doing", "seq"])
+    return sandbox

@@ -1,0 +1,348 @@
+"""Scratch sessions: the worker's side (start the browser, do one piece of work).
+
+Only tasks import this module (it loads the browser driver). The web side is
+``sessions.services.scratch``.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from pandaweb.audit.models import AuditEvent
+from pandaweb.audit.services import audit_record
+from sessions.engine import recording
+from sessions.engine.driver import connect_timeout_ms, with_browser
+from sessions.engine.picking import PickFailed
+from sessions.engine.pictures import picture_size
+from sessions.engine.plan import RunPlan
+from sessions.engine.runner import Runner
+from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from sessions.engine.sandbox.egress import EgressError, read_spool
+from sessions.engine.steps.base import StepRecord
+from sessions.models import ScratchSession
+from sessions.services.credentials import credentials_open
+from sessions.services.egress import egress_dir, egress_start
+from sessions.services.runstate import destroy_sandbox, installation_tag
+from sessions.services.sandboxes import sandbox_backend
+from sessions.services.scratch import scratch_files_dir
+from workflows.schema import credentials_used
+
+logger = logging.getLogger(__name__)
+S = ScratchSession.Status
+NEVER_IRREVERSIBLE = "a scratch session never does an irreversible step"
+
+
+def scratch_start(*, scratch_id: int) -> None:
+    """Start the session's browser behind the workflow's allowlist (the body of its task)."""
+    with transaction.atomic():
+        session = (
+            ScratchSession.objects.select_for_update().select_related("workflow").get(pk=scratch_id)
+        )
+        if session.status != S.STARTING:
+            return
+        run_key = f"scratch-{scratch_id}-{installation_tag()}{secrets.token_hex(4)}"
+        pending = {
+            "pending": True, "run_key": run_key, "host": socket.gethostname(),
+            "backend": session.backend, "egress_dir": str(egress_dir(run_key)),
+        }  # fmt: skip
+        session.sandbox = pending
+        session.save(update_fields=["sandbox"])
+    started = time.monotonic()
+    # The watchdog beside the browser destroys it at this time whatever happens here.
+    deadline = session.expires_at.timestamp() + 30
+    try:
+        proxy = egress_start(
+            run_key=run_key, allowed_hosts=list(session.workflow.allowed_hosts), deadline=deadline
+        )
+        sandbox = sandbox_backend(session.backend).create(
+            SandboxSpec(run_key=run_key, proxy_url=proxy.url, ttl_seconds=deadline - time.time())
+        )
+        proxy.link(sandbox.workdir)
+    except (SandboxError, EgressError, OSError) as exc:
+        destroy_sandbox(pending)
+        _failed(scratch_id, f"the browser did not start: {exc}")
+        return
+    record = {**sandbox.to_dict(), "egress_dir": str(proxy.directory)}
+    with transaction.atomic():
+        session = ScratchSession.objects.select_for_update().get(pk=scratch_id)
+        if session.status != S.STARTING:
+            keep = False
+        else:
+            keep = True
+            session.sandbox = record
+            session.status = S.READY
+            session.seq += 1
+            session.save(update_fields=["sandbox", "status", "seq"])
+            audit_record(
+                action="scratch.started",
+                object_type="scratch_session",
+                object_id=scratch_id,
+                actor_kind=AuditEvent.ActorKind.RUNNER,
+                after={"seconds": round(time.monotonic() - started, 2), "host": record["host"]},
+            )
+    if not keep:  # closed while it started
+        destroy_sandbox(record)
+
+
+def scratch_act(
+    *,
+    scratch_id: int,
+    action: str,
+    index: int | None,
+    steps: list[dict[str, Any]],
+    inputs: dict[str, Any],
+    element: dict[str, Any] | None,
+) -> None:
+    """Do one piece of work the author asked for (``scratch.scratch_ask``) and record what
+    came of it (the body of its task)."""
+    session = ScratchSession.objects.select_related("workflow").get(pk=scratch_id)
+    if session.status != S.BUSY or not session.sandbox:
+        return
+    sandbox = Sandbox.from_dict(session.sandbox)
+    files = scratch_files_dir(scratch_id)
+    records: list[StepRecord] = []
+    picked: dict[str, Any] | None = None
+    note = ""
+    try:
+        if action in ("run_to", "try"):
+            assert index is not None
+            start, stop = (0, index + 1) if action == "run_to" else (index, index + 1)
+            records = _rehearse(session, sandbox, steps, inputs, start, stop, files)
+            if not records or not records[-1].screenshot:
+                records.append(_look(sandbox, files))
+        elif action == "look":
+            records = [_look(sandbox, files)]
+        else:
+            assert element is not None
+            picked = _pick(sandbox, element, files)
+    except Exception as exc:  # the browser died, or Playwright lost it
+        logger.exception("scratch session %s: %s failed", scratch_id, action)
+        note = f"the browser did not answer: {str(exc).splitlines()[0][:300]}"
+    _record(scratch_id, records, picked, note)
+
+
+def _plan(
+    session: ScratchSession,
+    steps: list[dict[str, Any]],
+    inputs: dict[str, Any],
+    secrets_for: dict[str, dict[str, str]],
+    files: Path,
+    sandbox: Sandbox,
+    start: int = 0,
+    stop: int | None = None,
+) -> RunPlan:
+    return RunPlan(
+        steps=steps,
+        inputs=inputs,
+        secrets=secrets_for,
+        step_budget=len(steps) + 1,
+        deadline=session.expires_at.timestamp(),
+        artifacts_dir=files / "artifacts",
+        start_index=start,
+        stop_index=stop,
+        rehearsal=True,
+        time_scale=float(sandbox.details.get("time_scale") or 1.0),
+    )
+
+
+class _Collected:
+    """The runner's sink in a scratch session: the records, kept for the end of the work.
+    Never asked for an irreversible action's intent: a rehearsal skips those steps."""
+
+    def __init__(self, expires_at: float) -> None:
+        self.records: list[StepRecord] = []
+        self.expires_at = expires_at
+
+    def step_finished(self, record: StepRecord) -> None:
+        self.records.append(record)
+
+    def action_starting(self, index: int) -> None:
+        raise RuntimeError(NEVER_IRREVERSIBLE)
+
+    def action_finished(self, index: int, result: str = "") -> None:
+        raise RuntimeError(NEVER_IRREVERSIBLE)
+
+    def action_refused(self, index: int, reason: str) -> None:
+        raise RuntimeError(NEVER_IRREVERSIBLE)
+
+    def stop_reason(self) -> str | None:
+        return "the scratch session's time ran out" if time.time() >= self.expires_at else None
+
+
+def _rehearse(
+    session: ScratchSession,
+    sandbox: Sandbox,
+    steps: list[dict[str, Any]],
+    inputs: dict[str, Any],
+    start: int,
+    stop: int,
+    files: Path,
+) -> list[StepRecord]:
+    allowed = {str(name) for name in session.workflow.credentials.values_list("name", flat=True)}
+    names = sorted(allowed & credentials_used(steps[start:stop]))
+    with transaction.atomic():
+        secrets_for = credentials_open(names, run_id=None, scratch_id=session.pk)
+    plan = _plan(session, steps, inputs, secrets_for, files, sandbox, start, stop)
+    sink = _Collected(session.expires_at.timestamp())
+    Runner(plan, sink).run(
+        sandbox.cdp_url,
+        artifacts_dir=sandbox.details.get("artifacts_dir"),
+        start_over=start == 0,
+    )
+    return sink.records
+
+
+def _look(sandbox: Sandbox, files: Path) -> StepRecord:
+    runner = Runner(_bare_plan(sandbox, files), _Collected(time.time() + 60))
+    return with_browser(
+        sandbox.cdp_url,
+        runner.look,
+        timeout_ms=connect_timeout_ms(float(sandbox.details.get("time_scale") or 1.0)),
+    )
+
+
+def _pick(sandbox: Sandbox, element: dict[str, Any], files: Path) -> dict[str, Any]:
+    runner = Runner(_bare_plan(sandbox, files), _Collected(time.time() + 60))
+    clock = time.monotonic()
+    try:
+        proposals = with_browser(
+            sandbox.cdp_url,
+            lambda browser: runner.pick(browser, element),
+            timeout_ms=connect_timeout_ms(float(sandbox.details.get("time_scale") or 1.0)),
+        )
+    except PickFailed as exc:
+        return {"element": element, "proposals": [], "error": str(exc)}
+    return {
+        "element": element,
+        "ms": round((time.monotonic() - clock) * 1000),
+        "proposals": [
+            {
+                "target": p.target.model_dump(exclude_defaults=True),
+                "described": p.target.describe(),
+                "compact": p.target.to_compact(),
+                "kind": p.kind,
+                "matches": p.matches,
+                "words": p.words,
+            }
+            for p in proposals
+        ],
+        "error": "" if proposals else "no target finds this element: write one by hand",
+    }
+
+
+def _bare_plan(sandbox: Sandbox, files: Path) -> RunPlan:
+    return RunPlan(
+        steps=[],
+        inputs={},
+        secrets={},
+        step_budget=0,
+        deadline=time.time() + 60,
+        artifacts_dir=files / "artifacts",
+        time_scale=float(sandbox.details.get("time_scale") or 1.0),
+    )
+
+
+def _record(
+    scratch_id: int, records: list[StepRecord], picked: dict[str, Any] | None, note: str
+) -> None:
+    files = scratch_files_dir(scratch_id)
+    files.mkdir(parents=True, exist_ok=True)
+    with transaction.atomic():
+        session = ScratchSession.objects.select_for_update().get(pk=scratch_id)
+        if session.status != S.BUSY:
+            return  # closed or expired meanwhile: what it did is gone with its browser
+        session.seq += 1
+        results = dict(session.results)
+        for record in records:
+            recording.finish(record)
+            picture = ""
+            if record.screenshot:
+                picture = f"{session.seq}-{record.index + 1}.jpg"
+                (files / picture).write_bytes(record.screenshot)
+                session.picture, session.url = picture, record.url
+                width, height = picture_size(record.screenshot)
+                session.observation = {
+                    "elements": (record.observation or {}).get("elements") or [],
+                    "width": width,
+                    "height": height,
+                }
+                session.picked = None
+            if record.step_id:
+                results[record.step_id] = {
+                    "status": record.status,
+                    "sentence": record.sentence,
+                    "error": record.error,
+                    "picture": picture,
+                    "url": record.url,
+                    "ms": record.duration_ms,
+                    "at": datetime.now(UTC).isoformat(),
+                    "outputs": sorted(record.outputs),
+                }
+        if picked is not None:
+            session.picked = picked
+        session.results = results
+        session.refused = _refusals(session)
+        session.status = S.READY
+        session.doing = ""
+        session.reason = note
+        session.save()
+        audit_record(
+            action="scratch.done",
+            object_type="scratch_session",
+            object_id=scratch_id,
+            actor_kind=AuditEvent.ActorKind.RUNNER,
+            after={
+                "steps": {r.step_id: r.status for r in records if r.step_id},
+                "proposals": len((picked or {}).get("proposals") or []),
+                **({"note": note} if note else {}),
+            },
+        )
+
+
+def _refusals(session: ScratchSession) -> dict[str, int]:
+    """The hosts the proxy refused so far, with how often (each refusal once in the trail)."""
+    directory = (session.sandbox or {}).get("egress_dir")
+    if not directory:
+        return dict(session.refused)
+    refused = dict(session.refused)
+    seen = sum(refused.values())
+    for line in read_spool(Path(directory), after=seen):
+        host = str(line.get("host") or "?")
+        refused[host] = refused.get(host, 0) + 1
+        audit_record(
+            action="scratch.egress_denied",
+            object_type="scratch_session",
+            object_id=session.pk,
+            actor_kind=AuditEvent.ActorKind.RUNNER,
+            after={key: line.get(key) for key in ("host", "port", "method", "reason")},
+        )
+    return refused
+
+
+def _failed(scratch_id: int, reason: str) -> None:
+    with transaction.atomic():
+        session = ScratchSession.objects.select_for_update().get(pk=scratch_id)
+        if not session.is_open:
+            return
+        session.status = S.FAILED
+        session.reason = reason
+        session.sandbox = None
+        session.ended_at = timezone.now()
+        session.seq += 1
+        session.save(update_fields=["status", "reason", "sandbox", "ended_at", "seq"])
+        audit_record(
+            action="scratch.failed",
+            object_type="scratch_session",
+            object_id=scratch_id,
+            actor_kind=AuditEvent.ActorKind.RUNNER,
+            after={"reason": reason},
+        )
