@@ -70,16 +70,21 @@ def scratch_use(request: AuthenticatedRequest, scratch_id: int) -> HttpResponse:
     session = _session(request, scratch_id)
     step_id, _, field = request.POST.get("step_field", "").partition(":")
     proposal = request.POST.get("proposal", "")
+    element = request.POST.get("element", "")
+    confirm = request.POST.get("confirm", "")
     errors: list[str] = []
     try:
-        scratch.scratch_use_target(
-            scratch_id=session.pk,
-            user=request.user,
-            step_id=step_id,
-            field=field or "target",
-            proposal=int(proposal) if proposal.isdigit() else -1,
-            confirm=request.POST.get("confirm", ""),
-        )
+        if element.isdigit():
+            scratch.scratch_use_element(
+                scratch_id=session.pk, user=request.user, step_id=step_id,
+                field=field or "target", number=int(element), confirm=confirm,
+            )  # fmt: skip
+        else:
+            scratch.scratch_use_target(
+                scratch_id=session.pk, user=request.user, step_id=step_id,
+                field=field or "target", proposal=int(proposal) if proposal.isdigit() else -1,
+                confirm=confirm,
+            )  # fmt: skip
     except scratch.ScratchError as exc:
         errors.append(f"The draft was not changed: {exc}.")
     except workflow_services.WorkflowError as exc:
@@ -136,6 +141,7 @@ def _answer(
 def _context(session: ScratchSession) -> dict[str, Any]:
     rows = []
     targets: list[dict[str, Any]] = []
+    page_proposals = scratch.scratch_page_proposals(session)
     picked_name = " ".join(
         str(((session.picked or {}).get("element") or {}).get("name") or "").split()
     ).casefold()
@@ -154,6 +160,7 @@ def _context(session: ScratchSession) -> dict[str, Any]:
                 "irreversible": step.irreversible,
                 "asks": step.type == "ask",
                 "result": session.results.get(step.id),
+                "page_proposals": [p for p in page_proposals if p.step_id == step.id],
             }
         )
         for name in step.target_fields():

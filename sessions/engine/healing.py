@@ -155,6 +155,22 @@ def candidate_at(
     )
 
 
+def absent_from(target: Target, elements: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a page (``elements``, an observation's) plainly has nothing ``target`` names: no
+    element of its role (or a field's role, for a label or placeholder) with its name. False
+    when that cannot be told from the observation (CSS, a test id, text, ``{{ … }}``)."""
+    wanted = target.readable_name.casefold()
+    if not wanted or TEMPLATE.search(wanted) or target.kind not in ("role", "label", "placeholder"):
+        return False
+    roles = _roles_meant(target)
+    exact = target.exact
+    for element in elements:
+        name = _name_of(element).casefold()
+        if element.get("role") in roles and (name == wanted if exact else wanted in name):
+            return False
+    return True
+
+
 def place_of(target: Target, elements: Sequence[Mapping[str, Any]], seen: str) -> Place | None:
     """Where ``target``'s element is among ``elements`` (a page the step acted on), or None when
     no element has its role (or a field's role) and its exact name."""

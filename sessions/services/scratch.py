@@ -14,6 +14,7 @@ runs).
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -25,12 +26,14 @@ from django.utils import timezone
 
 from pandaweb.audit.services import audit_record
 from pandaweb.core.dispatch import dispatch, task_named
+from sessions.engine.healing import Candidate, absent_from, candidate_at, heal_candidates
 from sessions.engine.steps.language import Target
 from sessions.models import ScratchSession
 from sessions.services.runstate import destroy_sandbox, host_queue
 from workflows import selectors as workflow_selectors
 from workflows import services as workflow_services
 from workflows.models import Workflow, WorkflowVersion
+from workflows.schema import STEP_ADAPTER
 
 Action = Literal["run_to", "try", "look", "pick"]
 S = ScratchSession.Status
@@ -176,6 +179,71 @@ def _element(session: ScratchSession, number: int | None) -> dict[str, Any]:
     if element is None:
         raise ScratchError(f"the page has no element [{number}] now: look at the page again")
     return dict(element)
+
+
+@dataclass(frozen=True)
+class PageProposal:
+    """A target of the step about to run that the page shows nothing for, and the page's
+    elements that look like what it means (a login's submit button reads "Sign in" here)."""
+
+    step_id: str
+    field: str
+    target: Target
+    candidates: list[Candidate]
+
+
+def scratch_page_proposals(session: ScratchSession) -> list[PageProposal]:
+    """What the page as last seen says about the step that acts next on it (the step that
+    failed on it, or the one after the last step done): each of its targets that names nothing
+    on the page, with the elements like it."""
+    observation = session.observation or {}
+    elements = observation.get("elements") or []
+    upcoming = observation.get("upcoming")
+    steps = scratch_steps(session.workflow)
+    if not elements or not isinstance(upcoming, int) or not 0 <= upcoming < len(steps):
+        return []
+    try:
+        step = STEP_ADAPTER.validate_python(steps[upcoming])
+    except ValueError:
+        return []
+    found = []
+    for field in step.target_fields():
+        target = getattr(step, field, None)
+        if isinstance(target, Target) and absent_from(target, elements):
+            alike = heal_candidates(target, elements, interactive_only=step.touches_page, limit=3)
+            found.append(PageProposal(step.id, field, target, alike))
+    return found
+
+
+def scratch_use_element(
+    *, scratch_id: int, user: User, step_id: str, field: str, number: int, confirm: str = ""
+) -> WorkflowVersion:
+    """Point the draft's step ``step_id`` (its ``field``) at element ``number`` of the page as
+    last seen, proposed for it by ``scratch_page_proposals``. Raises ScratchError or
+    ``workflow_services.WorkflowError`` in people's words."""
+    session = scratch_get(scratch_id=scratch_id, user=user)
+    proposal = next(
+        (p for p in scratch_page_proposals(session) if (p.step_id, p.field) == (step_id, field)),
+        None,
+    )
+    elements = (session.observation or {}).get("elements") or []
+    chosen = (
+        candidate_at(proposal.target, elements, number, "chosen on the page")
+        if proposal is not None
+        else None
+    )
+    if proposal is None or chosen is None:
+        raise ScratchError("the page or the step changed: look at the page again")
+    return workflow_services.step_target_set(
+        workflow_id=session.workflow_id,
+        user=user,
+        step_id=step_id,
+        field=field,
+        target=chosen.target.model_dump(exclude_defaults=True),
+        expected=proposal.target.model_dump(exclude_defaults=True),
+        confirm=confirm,
+        extra={"scratch_session": session.pk, "element": number},
+    )
 
 
 def scratch_use_target(

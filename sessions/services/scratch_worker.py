@@ -262,6 +262,11 @@ def _record(
             return  # closed or expired meanwhile: what it did is gone with its browser
         session.seq += 1
         results = dict(session.results)
+        upcoming = (session.observation or {}).get("upcoming")
+        done = [r for r in records if r.step_id and r.status != "skipped"]
+        if done:
+            # The step that acts next on the page: the one that failed on it, or the next.
+            upcoming = done[-1].index + (0 if done[-1].status == "failed" else 1)
         for record in records:
             recording.finish(record)
             picture = ""
@@ -274,6 +279,7 @@ def _record(
                     "elements": (record.observation or {}).get("elements") or [],
                     "width": width,
                     "height": height,
+                    "upcoming": upcoming,
                 }
                 session.picked = None
             if record.step_id:

@@ -48,7 +48,8 @@ def document(portal: str) -> dict[str, Any]:
                 "credential": "acme-portal",
                 "username": {"label": "Username"},
                 "password": {"label": "Password"},
-                "submit": {"role": "button", "name": "Sign in"},
+                # What a login step says unless told otherwise; this portal's reads "Sign in".
+                "submit": {"role": "button", "name": "Log in"},
             },
             {"id": "partner-offers", "type": "goto", "url": f"{portal}/lab/external"},
         ],
@@ -223,13 +224,25 @@ def test_a_real_session_skips_the_irreversible_step_picks_on_the_page_and_keeps_
     assert kinds[:2] == ["role", "label"]
     assert kinds[-1] == "css"
 
+    do("run_to", step_id="log-in")
+    assert session.results["log-in"]["status"] == "failed"
+    (proposal,) = scratch.scratch_page_proposals(session)
+    assert (proposal.step_id, proposal.field) == ("log-in", "submit")
+    best = proposal.candidates[0]
+    assert (best.role, best.name) == ("button", "Sign in")
+    scratch.scratch_use_element(
+        scratch_id=session.pk, user=operator, step_id="log-in", field="submit", number=best.number
+    )
+    draft = workflow.versions.get(status="draft")
+    assert draft.steps[2]["submit"] == {"role": "button", "name": "Sign in", "exact": True}
+
     do("run_to", step_id="partner-offers")
     assert [r["status"] for r in session.results.values()] == [
         "succeeded", "skipped", "succeeded", "succeeded",
     ]  # fmt: skip
     assert session.url.endswith("/lab/external")
-    used = AuditEvent.objects.get(action="credential.used")
-    assert used.extra == {"scratch_session": session.pk}
+    used = AuditEvent.objects.filter(action="credential.used")
+    assert [e.extra for e in used] == [{"scratch_session": session.pk}] * 2
     assert lab.OTHER_LOOPBACK_HOST in " ".join(session.refused)
     assert AuditEvent.objects.filter(action="scratch.egress_denied").exists()
 
