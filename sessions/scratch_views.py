@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required
 from pandaweb.core.roles import Capability
-from sessions.engine.steps.language import Target
+from sessions.engine.steps.language import CREDENTIAL_FIELDS, IRREVERSIBLE_WORDS, Target
 from sessions.models import ScratchSession
 from sessions.services import scratch
 from workflows import selectors as workflow_selectors
@@ -99,6 +99,39 @@ def scratch_use(request: AuthenticatedRequest, scratch_id: int) -> HttpResponse:
 
 @require_POST
 @capability_required(Capability.AUTHOR_WORKFLOWS)
+def scratch_record(request: AuthenticatedRequest, scratch_id: int) -> HttpResponse:
+    session = _session(request, scratch_id)
+    value_as = request.POST.get("value_as", "text")
+    proposal = request.POST.get("proposal", "")
+    errors: list[str] = []
+    try:
+        step_id, not_done = scratch.scratch_record(
+            scratch_id=session.pk,
+            user=request.user,
+            proposal=int(proposal) if proposal.isdigit() else -1,
+            value=request.POST.get("value", ""),
+            value_as="parameter"
+            if value_as == "parameter"
+            else "credential"
+            if value_as == "credential"
+            else "text",
+            name=request.POST.get(f"{value_as}_name", ""),
+            after=request.POST.get("after", ""),
+            irreversible=request.POST.get("irreversible") == "on",
+        )
+    except scratch.ScratchError as exc:
+        errors.append(f"Nothing was recorded: {exc}.")
+    except workflow_services.WorkflowError as exc:
+        said = [m for ms in (exc.field_errors or {}).values() for m in ms] or [str(exc)]
+        errors.extend(f"Nothing was recorded: {message}." for message in said)
+    else:
+        done = f"not done here ({not_done})" if not_done else "doing it on the page now"
+        messages.success(request, f"Recorded step '{step_id}' in the draft; {done}.")
+    return _answer(request, session, errors)
+
+
+@require_POST
+@capability_required(Capability.AUTHOR_WORKFLOWS)
 def scratch_close(request: AuthenticatedRequest, scratch_id: int) -> HttpResponse:
     session = _session(request, scratch_id)
     scratch.scratch_close(scratch_id=session.pk, user=request.user)
@@ -176,7 +209,21 @@ def _context(session: ScratchSession) -> dict[str, Any]:
                 }
             )
     observation = session.observation or {}
+    upcoming = observation.get("upcoming")
+    element = (session.picked or {}).get("element") or {}
+    kinds = dict(session.workflow.credentials.values_list("name", "kind"))
     return {
+        "record_kind": scratch.RECORDED_KINDS.get(str(element.get("role") or ""), "click"),
+        "final_words": bool(IRREVERSIBLE_WORDS.search(str(element.get("name") or ""))),
+        "credential_fields": [
+            f"{name}.{field}"
+            for name, kind in sorted(kinds.items())
+            for field in CREDENTIAL_FIELDS.get(kind, ())
+        ],
+        # New steps go after the last step done on this page, by default.
+        "record_after": rows[upcoming - 1]["id"]
+        if isinstance(upcoming, int) and 0 < upcoming <= len(rows)
+        else "",
         "session": session,
         "workflow": session.workflow,
         "rows": rows,

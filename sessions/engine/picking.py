@@ -64,6 +64,9 @@ e => {
     text: ["input", "select", "textarea"].includes(e.localName) ? "" : words(e.innerText),
     test_id: words(e.getAttribute("data-testid")),
     css: path.join(" > "),
+    // What a password manager would fill: typed from a credential, never from the workflow.
+    secret: e.localName === "input" && (e.type === "password"
+      || /one-time-code|current-password|new-password/.test(e.autocomplete || "")),
   };
 }
 """
@@ -93,7 +96,15 @@ class Proposal:
         return f"by {KIND_WORDS[self.kind]}, finds {found}"
 
 
-def pick(page: Page, element: Mapping[str, Any], locate: Any, *, limit: int = 6) -> list[Proposal]:
+@dataclass(frozen=True)
+class Picked:
+    """The targets proposed for the element pointed at, and whether it takes a secret."""
+
+    proposals: list[Proposal]
+    secret: bool
+
+
+def pick(page: Page, element: Mapping[str, Any], locate: Any, *, limit: int = 6) -> Picked:
     """Proposals for ``element`` (an observation element, with its ``box`` in the page's
     viewport pixels) on ``page``, best first. ``locate(page, target)`` is the runner's locator
     (non-strict). Raises PickFailed in people's words."""
@@ -123,7 +134,7 @@ def pick(page: Page, element: Mapping[str, Any], locate: Any, *, limit: int = 6)
         first_line = str(exc).splitlines()[0]
         raise PickFailed(f"the page changed while it was read: {first_line}") from None
     proposals.sort(key=lambda p: (p.matches != 1, PREFERENCE.index(p.kind)))
-    return proposals[:limit]
+    return Picked(proposals=proposals[:limit], secret=bool(facts.get("secret")))
 
 
 def _targets(element: Mapping[str, Any], facts: Mapping[str, str]) -> list[tuple[str, Target]]:

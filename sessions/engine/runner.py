@@ -164,7 +164,7 @@ class Runner:
         record.status = "failed" if record.error else "succeeded"
         return record
 
-    def pick(self, browser: Browser, element: dict[str, Any]) -> list[picking.Proposal]:
+    def pick(self, browser: Browser, element: dict[str, Any]) -> picking.Picked:
         """Targets for ``element`` of the last observation, tried on the page as it is now."""
         self._watch(browser.contexts[0] if browser.contexts else browser.new_context())
         return picking.pick(

@@ -13,6 +13,7 @@ runs).
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass
 from datetime import timedelta
@@ -277,6 +278,101 @@ def scratch_use_target(
         confirm=confirm,
         extra={"scratch_session": session.pk, "matches": proposals[proposal].get("matches")},
     )
+
+
+# What each kind of element is recorded as, by its role.
+RECORDED_KINDS = {
+    "textbox": "fill", "searchbox": "fill", "spinbutton": "fill", "combobox": "select",
+    "listbox": "select", "checkbox": "check", "radio": "check", "switch": "check",
+}  # fmt: skip
+ValueAs = Literal["text", "parameter", "credential"]
+
+
+def scratch_record(
+    *,
+    scratch_id: int,
+    user: User,
+    proposal: int,
+    value: str = "",
+    value_as: ValueAs = "text",
+    name: str = "",
+    after: str = "",
+    irreversible: bool = False,
+) -> tuple[str, str]:
+    """Record what the author does with the element last picked, as a new step of the draft
+    right after step ``after``: a click, or typing ``value`` (or choosing the option
+    ``value``) into it, written as text, as a new parameter ``name`` (the value its default),
+    or as the credential field ``name`` (``credential.field``). A field that takes a secret is
+    only ever typed from a credential. The step is then done on the page, unless it is
+    irreversible (a scratch session never does those). Returns the new step's id and why it
+    was not done ('' when it is being done). Raises ScratchError or
+    ``workflow_services.WorkflowError`` in people's words."""
+    session = scratch_get(scratch_id=scratch_id, user=user)
+    picked = session.picked or {}
+    proposals = picked.get("proposals") or []
+    if not 0 <= proposal < len(proposals):
+        raise ScratchError("that proposal is gone: pick the element again")
+    element = picked.get("element") or {}
+    kind = RECORDED_KINDS.get(str(element.get("role") or ""), "click")
+    step: dict[str, Any] = {"type": kind, "target": proposals[proposal]["target"]}
+    step["id"] = _new_step_id(session.workflow, kind, str(element.get("name") or ""))
+    parameter: dict[str, Any] | None = None
+    if kind == "click":
+        step["irreversible"] = irreversible
+    elif kind in ("fill", "select"):
+        if picked.get("secret") and value_as != "credential":
+            raise ScratchError(
+                "this field takes a secret: type it from a credential, never from the workflow"
+            )
+        if value_as == "parameter":
+            parameter = {
+                "name": name,
+                "type": "string",
+                "label": name.replace("_", " ").capitalize(),
+            }
+            if value:
+                parameter["default"] = value
+            written = f"{{{{ params.{name} }}}}"
+        elif value_as == "credential":
+            credential, _, field = name.partition(".")
+            if credential not in set(session.workflow.credentials.values_list("name", flat=True)):
+                raise ScratchError(f"the workflow uses no credential '{credential}'")
+            written = f"{{{{ secrets.{credential}.{field} }}}}"
+        elif not value:
+            raise ScratchError("type the value first")
+        else:
+            written = value
+        step["value" if kind == "fill" else "option"] = written
+    with transaction.atomic():
+        if parameter is not None:
+            workflow_services.parameter_save(
+                workflow_id=session.workflow_id, user=user, data=parameter
+            )
+        workflow_services.step_insert(
+            workflow_id=session.workflow_id,
+            user=user,
+            data=step,
+            after=after,
+            note=f"recorded in scratch session #{session.pk}",
+        )
+    if step.get("irreversible"):
+        return step["id"], "irreversible: a scratch session never does it"
+    try:
+        scratch_ask(scratch_id=scratch_id, user=user, action="try", step_id=step["id"])
+    except ScratchError as exc:
+        return step["id"], str(exc)
+    return step["id"], ""
+
+
+def _new_step_id(workflow: Workflow, kind: str, name: str) -> str:
+    words = re.sub(r"[^a-z0-9]+", "-", name.casefold()).strip("-")[:40].strip("-")
+    base = f"{kind}-{words}" if words else kind
+    taken = {str(s.get("id")) for s in scratch_steps(workflow)}
+    found = base
+    number = 2
+    while found in taken:
+        found, number = f"{base}-{number}", number + 1
+    return found
 
 
 def scratch_close(*, scratch_id: int, user: User | None, reason: str = "") -> ScratchSession:

@@ -214,15 +214,17 @@ def _pick(sandbox: Sandbox, element: dict[str, Any], files: Path) -> dict[str, A
     runner = Runner(_bare_plan(sandbox, files), _Collected(time.time() + 60))
     clock = time.monotonic()
     try:
-        proposals = with_browser(
+        picked = with_browser(
             sandbox.cdp_url,
             lambda browser: runner.pick(browser, element),
             timeout_ms=connect_timeout_ms(float(sandbox.details.get("time_scale") or 1.0)),
         )
     except PickFailed as exc:
         return {"element": element, "proposals": [], "error": str(exc)}
+    proposals = picked.proposals
     return {
         "element": element,
+        "secret": picked.secret,
         "ms": round((time.monotonic() - clock) * 1000),
         "proposals": [
             {

@@ -51,7 +51,7 @@ def proposals(page: Page, picked: dict[str, Any]) -> list[tuple[str, str, int]]:
         picked,
         lambda p, target: locating.locate(runner, p, target, strict=False),  # type: ignore[arg-type]
     )
-    return [(p.kind, p.target.to_compact(), p.matches) for p in found]
+    return [(p.kind, p.target.to_compact(), p.matches) for p in found.proposals]
 
 
 def test_a_unique_button_is_found_by_role_and_name_first_and_css_last(page: Page) -> None:

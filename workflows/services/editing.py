@@ -91,6 +91,43 @@ def step_save(
     return draft
 
 
+@transaction.atomic
+def step_insert(
+    *, workflow_id: int, user: User, data: dict[str, Any], after: str = "", note: str = ""
+) -> WorkflowVersion:
+    """Insert a step into the draft's run steps right after the step with id ``after`` (first,
+    when ``after`` is a session step; last, when it is empty). ``note`` says where the step
+    came from, in the audit trail."""
+    workflow, draft = editable_draft(workflow_id)
+    step = _step_dump(validate_step(data))
+    steps = _steps_of(draft, session=False)
+    session_ids = [s.get("id") for s in _steps_of(draft, session=True)]
+    if step["id"] in [s.get("id") for s in steps] + session_ids:
+        raise WorkflowError(
+            "duplicate id", {"id": [f"another step already has the id '{step['id']}'"]}
+        )
+    run_ids = [s.get("id") for s in steps]
+    if not after:
+        position = len(steps)
+    elif after in run_ids:
+        position = run_ids.index(after) + 1
+    elif after in session_ids:
+        position = 0
+    else:
+        raise WorkflowError(f"the draft has no step '{after}' any more: reload the page")
+    steps.insert(position, step)
+    _put_steps(draft, steps, session=False)
+    audit_record(
+        action="workflow.step_added",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        after=step,
+        extra={"draft": draft.pk, "position": position, **({"note": note} if note else {})},
+    )
+    return draft
+
+
 def _steps_of(draft: WorkflowVersion, *, session: bool) -> list[dict[str, Any]]:
     """A copy of the run's steps, or of the session template's (empty without one)."""
     if session:
