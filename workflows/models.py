@@ -65,6 +65,9 @@ class Workflow(models.Model):
     # Offered to AI agents as an MCP tool (docs/mcp.md). An administrator's choice, off by default:
     # publishing a workflow does not by itself hand it to a model.
     offer_as_tool = models.BooleanField(default=False)
+    # What trying steps on the live page taught (a click that only opens a dialog, by step id),
+    # each with the target it was seen for: the editor stops warning about it.
+    page_facts = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

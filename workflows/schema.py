@@ -11,7 +11,7 @@ document by :func:`document_problems`.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import date
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
@@ -510,11 +510,20 @@ def credentials_used(steps: list[Any]) -> set[str]:
     return names
 
 
-def irreversible_warnings(steps: list[StepBase]) -> list[Problem]:
-    """Steps that look like they do something final but are not marked irreversible."""
+def irreversible_warnings(
+    steps: list[StepBase], opens_dialog: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[Problem]:
+    """Steps that look like they do something final but are not marked irreversible. A step
+    seen to only open a dialog (``opens_dialog``: step id → the fact, with the ``target`` it
+    was seen for) is not one, as long as its target is the one it was seen with."""
     warnings = []
     for index, step in enumerate(steps):
         if step.irreversible or not step.warns_on_final_words:
+            continue
+        seen = (opens_dialog or {}).get(step.id)
+        if seen is not None and [t.model_dump(exclude_defaults=True) for t in step.targets()] == [
+            seen.get("target")
+        ]:
             continue
         words = " ".join(t.readable_name + " " + (t.css or "") for t in step.targets())
         match = IRREVERSIBLE_WORDS.search(words)

@@ -27,6 +27,7 @@ OTHER_LOOPBACK_HOST = "127.0.0.9"
 LAB_STYLE = """<style>
 .modal-backdrop { position: fixed; inset: 0; z-index: 100; background: rgba(16, 42, 67, .6);
   display: flex; align-items: center; justify-content: center; }
+.modal-backdrop[hidden] { display: none; }
 .modal { background: #fff; border-radius: 12px; padding: 24px 28px; max-width: 460px;
   box-shadow: 0 20px 48px rgba(0, 0, 0, .3); }
 .modal h2 { margin-top: 0; }
@@ -100,6 +101,35 @@ document.getElementById("confirm").addEventListener("click", function () {
 });
 </script>"""
     return _lab_page("Modal notice", content, user)
+
+
+def draft_order_page(user: User) -> str:
+    # "Delete draft" only asks: the dialog it opens holds the final button. A robot's click on
+    # the first is no payment, and an editor that warns about its wording is crying wolf.
+    content = """<h1>Draft order PO-2026-0611</h1>
+<section class="card">
+  <p>Office chairs (4) and a standing desk, saved on 2 December 2026.</p>
+  <button class="btn" type="button" id="delete-draft">Delete draft</button>
+  <p id="draft-result" role="status"></p>
+</section>
+<div class="modal-backdrop" id="ask-delete" hidden>
+  <div class="modal" role="dialog" aria-modal="true" aria-labelledby="ask-delete-title">
+    <h2 id="ask-delete-title">Delete draft order PO-2026-0611?</h2>
+    <p>The draft and its 2 lines are removed. This cannot be undone.</p>
+    <button class="btn" type="button" id="delete-confirmed">Delete</button>
+    <button class="btn secondary" type="button" id="delete-kept">Keep the draft</button>
+  </div>
+</div>
+<script>
+const ask = document.getElementById("ask-delete");
+document.getElementById("delete-draft").addEventListener("click", () => { ask.hidden = false; });
+document.getElementById("delete-kept").addEventListener("click", () => { ask.hidden = true; });
+document.getElementById("delete-confirmed").addEventListener("click", () => {
+  ask.hidden = true;
+  document.getElementById("draft-result").textContent = "Draft deleted";
+});
+</script>"""
+    return _lab_page("Draft order", content, user)
 
 
 def consent_page(user: User) -> str:

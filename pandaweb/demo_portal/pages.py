@@ -238,6 +238,7 @@ def login_page(*, username: str = "", next_path: str = "", error: str = "") -> s
 LAB_PAGES: tuple[tuple[str, str, str], ...] = (
     ("/lab/late-content", "Late content", "a table that appears after a delay"),
     ("/lab/modal", "Modal notice", "an overlay to close before the page works"),
+    ("/lab/draft-order", "Draft order", 'a "Delete draft" button that opens a dialog to confirm'),
     ("/lab/consent", "Review order", "a cookie-consent modal over the page's button"),
     ("/lab/checkpoint", "Security check", "a bot check to press and confirm, with a token field"),
     ("/lab/iframe", "Embedded form", "a form inside an iframe"),

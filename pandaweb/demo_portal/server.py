@@ -504,6 +504,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", re.compile(r"/api/drafts/reprice"), api_reprice, login_required=False),
     Route("GET", re.compile(r"/lab/late-content"), _lab_view(lab.late_content_page)),
     Route("GET", re.compile(r"/lab/modal"), _lab_view(lab.modal_page)),
+    Route("GET", re.compile(r"/lab/draft-order"), _lab_view(lab.draft_order_page)),
     Route("GET", re.compile(r"/lab/consent"), _lab_view(lab.consent_page)),
     Route("GET", re.compile(r"/lab/checkpoint"), _lab_view(lab.checkpoint_page)),
     Route("GET", re.compile(r"/lab/iframe"), _lab_view(lab.iframe_page)),

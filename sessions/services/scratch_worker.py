@@ -28,12 +28,14 @@ from sessions.engine.runner import Runner
 from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.engine.sandbox.egress import EgressError, read_spool
 from sessions.engine.steps.base import StepRecord
+from sessions.engine.steps.language import Target
 from sessions.models import ScratchSession
 from sessions.services.credentials import credentials_open
 from sessions.services.egress import egress_dir, egress_start
 from sessions.services.runstate import destroy_sandbox, installation_tag
 from sessions.services.sandboxes import sandbox_backend
 from sessions.services.scratch import scratch_files_dir
+from workflows import services as workflow_services
 from workflows.schema import credentials_used
 
 logger = logging.getLogger(__name__)
@@ -127,7 +129,7 @@ def scratch_act(
     except Exception as exc:  # the browser died, or Playwright lost it
         logger.exception("scratch session %s: %s failed", scratch_id, action)
         note = f"the browser did not answer: {str(exc).splitlines()[0][:300]}"
-    _record(scratch_id, records, picked, note)
+    _record(scratch_id, records, picked, note, steps)
 
 
 def _plan(
@@ -254,7 +256,11 @@ def _bare_plan(sandbox: Sandbox, files: Path) -> RunPlan:
 
 
 def _record(
-    scratch_id: int, records: list[StepRecord], picked: dict[str, Any] | None, note: str
+    scratch_id: int,
+    records: list[StepRecord],
+    picked: dict[str, Any] | None,
+    note: str,
+    steps: list[dict[str, Any]],
 ) -> None:
     files = scratch_files_dir(scratch_id)
     files.mkdir(parents=True, exist_ok=True)
@@ -264,13 +270,23 @@ def _record(
             return  # closed or expired meanwhile: what it did is gone with its browser
         session.seq += 1
         results = dict(session.results)
+        steps_by_id = {str(step.get("id")): step for step in steps}
+        results_note: dict[str, str] = {}
         upcoming = (session.observation or {}).get("upcoming")
         done = [r for r in records if r.step_id and r.status != "skipped"]
         if done:
             # The step that acts next on the page: the one that failed on it, or the next.
             upcoming = done[-1].index + (0 if done[-1].status == "failed" else 1)
+        before = _dialogs(session.observation)
         for record in records:
             recording.finish(record)
+            after = _dialogs(record.observation) if record.screenshot else before
+            if record.step_type == "click" and record.status == "succeeded":
+                opened = after - before
+                if opened:
+                    _learn_dialog(session, steps_by_id.get(record.step_id), sorted(opened)[0])
+                    results_note[record.step_id] = f"it opened the dialog '{sorted(opened)[0]}'"
+            before = after
             picture = ""
             if record.screenshot:
                 picture = f"{session.seq}-{record.index + 1}.jpg"
@@ -294,6 +310,7 @@ def _record(
                     "ms": record.duration_ms,
                     "at": datetime.now(UTC).isoformat(),
                     "outputs": sorted(record.outputs),
+                    "learned": results_note.get(record.step_id, ""),
                 }
         if picked is not None:
             session.picked = picked
@@ -314,6 +331,29 @@ def _record(
                 **({"note": note} if note else {}),
             },
         )
+
+
+def _dialogs(observation: dict[str, Any] | None) -> set[str]:
+    return {
+        " ".join(str(e.get("name") or "").split()) or "untitled"
+        for e in (observation or {}).get("elements") or []
+        if e.get("role") in ("dialog", "alertdialog")
+    }
+
+
+def _learn_dialog(session: ScratchSession, step: dict[str, Any] | None, dialog: str) -> None:
+    """A click that only opened a dialog is not the final action its words may suggest: the
+    workflow learns it (for the step's target as it is), so publishing stops warning."""
+    if step is None or step.get("irreversible") or not isinstance(step.get("target"), dict):
+        return
+    target = Target.model_validate(step["target"]).model_dump(exclude_defaults=True)
+    workflow_services.workflow_learn_dialog(
+        workflow_id=session.workflow_id,
+        step_id=str(step["id"]),
+        target=target,
+        dialog=dialog,
+        seen=f"scratch session #{session.pk}",
+    )
 
 
 def _refusals(session: ScratchSession) -> dict[str, int]:

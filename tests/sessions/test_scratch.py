@@ -52,6 +52,12 @@ def document(portal: str) -> dict[str, Any]:
                 "submit": {"role": "button", "name": "Log in"},
             },
             {"id": "partner-offers", "type": "goto", "url": f"{portal}/lab/external"},
+            {"id": "open-draft-order", "type": "goto", "url": f"{portal}/lab/draft-order"},
+            {
+                "id": "delete-draft",
+                "type": "click",
+                "target": {"role": "button", "name": "Delete draft"},
+            },
         ],
     }
 
@@ -118,7 +124,12 @@ def test_work_is_asked_one_piece_at_a_time_by_its_owner_only(
 
     work = asked[-1]
     assert (work["task"].name, work["queue"], work["index"]) == ("scratch.act", "host.worker-7", 1)
-    assert [s["id"] for s in work["steps"]] == ["open-login", "sign-in", "log-in", "partner-offers"]
+    assert [s["id"] for s in work["steps"]][:4] == [
+        "open-login",
+        "sign-in",
+        "log-in",
+        "partner-offers",
+    ]
     with pytest.raises(scratch.ScratchError, match="busy running steps 1 to 2"):
         scratch.scratch_ask(scratch_id=session.pk, user=operator, action="look")
     other = user_with_role(Role.OPERATORS, username="otto")
@@ -278,6 +289,21 @@ def test_a_real_session_skips_the_irreversible_step_picks_on_the_page_and_keeps_
     assert {str(e.extra) for e in used} == {str({"scratch_session": session.pk})}
     assert lab.OTHER_LOOPBACK_HOST in " ".join(session.refused)
     assert AuditEvent.objects.filter(action="scratch.egress_denied").exists()
+
+    # "Delete draft" reads final, but on the page it only opens a dialog: no warning then.
+    def warnings() -> list[str]:
+        workflow.refresh_from_db()
+        return workflow_services.draft_review(
+            workflow, workflow.versions.get(status="draft")
+        ).warnings
+
+    assert any("delete-draft" in w or "'Delete'" in w for w in warnings())
+    do("run_to", step_id="delete-draft")
+    assert session.results["delete-draft"]["learned"] == (
+        "it opened the dialog 'Delete draft order PO-2026-0611?'"
+    )
+    assert warnings() == []
+    assert AuditEvent.objects.filter(action="workflow.page_learned").count() == 1
 
     scratch.scratch_close(scratch_id=session.pk, user=operator)
     assert not processes_with(key)

@@ -245,6 +245,24 @@ def test_a_click_that_reads_like_paying_is_flagged_unless_irreversible() -> None
     ]
 
 
+def test_a_click_seen_to_only_open_a_dialog_is_not_flagged_while_its_target_stays() -> None:
+    delete = {"role": "button", "name": "Delete draft"}
+    seen = {"delete": {"target": delete, "dialog": "Delete draft order?", "seen": "#1"}}
+
+    def flagged(target: dict[str, str]) -> list[str]:
+        doc = document(steps=[{"id": "delete", "type": "click", "target": target}])
+        return [w.message for w in irreversible_warnings(list(doc.steps), seen)]
+
+    assert flagged(delete) == []
+    assert flagged({"role": "button", "name": "Delete order"}) != []
+    assert (
+        irreversible_warnings(
+            list(document(steps=[{"id": "delete", "type": "click", "target": delete}]).steps)
+        )
+        != []
+    )
+
+
 @pytest.mark.parametrize(
     ("parameter", "raw", "expected"),
     [

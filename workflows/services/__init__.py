@@ -28,6 +28,7 @@ from workflows.services.editing import (
     step_save,
     step_target_heal,
     step_target_set,
+    workflow_learn_dialog,
 )
 from workflows.services.errors import WorkflowError
 from workflows.services.files import (
@@ -74,6 +75,7 @@ __all__ = [
     "version_export",
     "workflow_create",
     "workflow_import",
+    "workflow_learn_dialog",
     "workflow_publish",
     "workflow_set_archived",
     "workflow_update_settings",

@@ -15,7 +15,7 @@ from sessions.engine.steps.base import StepBase
 from sessions.engine.steps.language import TEMPLATE, Target
 from workflows.models import WorkflowVersion
 from workflows.schema import SESSION_STEP_TYPES, STEP_ADAPTER, Parameter, SessionSpec
-from workflows.services.drafts import editable_draft
+from workflows.services.drafts import editable_draft, lock_workflow
 from workflows.services.errors import WorkflowError
 
 
@@ -126,6 +126,32 @@ def step_insert(
         extra={"draft": draft.pk, "position": position, **({"note": note} if note else {})},
     )
     return draft
+
+
+@transaction.atomic
+def workflow_learn_dialog(
+    *, workflow_id: int, step_id: str, target: dict[str, Any], dialog: str, seen: str
+) -> None:
+    """Record that step ``step_id``, clicking ``target``, only opened the dialog ``dialog`` on
+    the live page (``seen`` says where): its final-sounding words are no warning at publish
+    while its target stays the same. Idempotent: the same fact again changes nothing."""
+    workflow = lock_workflow(workflow_id)
+    facts = dict(workflow.page_facts or {})
+    known = dict(facts.get("opens_dialog") or {})
+    fact = {"target": target, "dialog": dialog[:200], "seen": seen}
+    if {k: v for k, v in (known.get(step_id) or {}).items() if k != "seen"} == {
+        k: v for k, v in fact.items() if k != "seen"
+    }:
+        return
+    known[step_id] = fact
+    workflow.page_facts = {**facts, "opens_dialog": known}
+    workflow.save(update_fields=["page_facts", "updated_at"])
+    audit_record(
+        action="workflow.page_learned",
+        object_type="workflow",
+        object_id=workflow.pk,
+        after={"step": step_id, "opens_dialog": fact},
+    )
 
 
 def _steps_of(draft: WorkflowVersion, *, session: bool) -> list[dict[str, Any]]:

@@ -60,7 +60,9 @@ def draft_review(workflow: Workflow, draft: WorkflowVersion) -> DraftReview:
     problems = document_problems(document, credential_kinds=credential_kinds())
     if not document.steps:
         problems.append(Problem(path=("steps",), message="a workflow needs at least one step"))
-    warnings = irreversible_warnings(list(document.steps))
+    warnings = irreversible_warnings(
+        list(document.steps), (workflow.page_facts or {}).get("opens_dialog")
+    )
     steps = list(document.steps)
     session_steps = list(document.session.steps) if document.session else None
     return DraftReview(
