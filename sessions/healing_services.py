@@ -15,7 +15,9 @@ from typing import Any
 from django.contrib.auth.models import User
 from pydantic import ValidationError
 
-from pandaweb.assist.services import assist_choose_element, assist_rank_candidates
+from pandaweb.assist.models import ModelCall
+from pandaweb.assist.prompts import choosing_prompt, choosing_read, ranking_prompt, ranking_read
+from pandaweb.assist.services import model_call_request
 from sessions.engine.healing import Candidate, Place, candidate_at, heal_candidates, place_of
 from sessions.engine.pictures import outline_target
 from sessions.engine.steps.base import StepBase
@@ -127,52 +129,79 @@ def _last_place(run: Run, result: StepResult, target: Target) -> Place | None:
     return None
 
 
-def heal_ranked(*, proposal: HealProposal, user: User) -> HealProposal:
-    """The same candidates in the order the configured model proposes (those it left out last).
-    Raises ``ModelUnavailable`` when assistance is off or the model fails."""
-    order = assist_rank_candidates(
-        user=user,
-        run_id=proposal.run.pk,
+def heal_rank_ask(*, proposal: HealProposal, user: User) -> ModelCall:
+    """Have the configured model order the candidates: the question is recorded and a worker asks
+    it (``heal_answered`` reads the answer). Raises ``ModelUnavailable`` when assistance is
+    off."""
+    prompt = ranking_prompt(
         step_kind=proposal.step.label.lower(),
         looked_for=proposal.target.describe(),
         candidates=proposal.candidates,
         run_values=_run_values(proposal.run),
     )
-    position = {number: place for place, number in enumerate(order)}
-    ranked = sorted(proposal.candidates, key=lambda c: position.get(c.number, len(order)))
-    return replace(proposal, candidates=ranked)
+    return model_call_request(
+        user=user,
+        run_id=proposal.run.pk,
+        step_index=proposal.result.index,
+        target_field=proposal.field,
+        purpose=ModelCall.Purpose.RANK,
+        prompt=prompt,
+        offered=[c.number for c in proposal.candidates],
+    )
 
 
-def heal_described(*, proposal: HealProposal, user: User, description: str) -> HealProposal:
-    """The element of the step's page the configured model says ``description`` means, first
-    among the candidates (a proposal like the others). Raises ``ModelUnavailable`` when
-    assistance is off or the model fails, ``HealingUnavailable`` when it names no element the
-    step could use."""
+def heal_describe_ask(*, proposal: HealProposal, user: User, description: str) -> ModelCall:
+    """Have the configured model choose the element of the step's page ``description`` means,
+    among those the step could use: the question is recorded and a worker asks it
+    (``heal_answered`` reads the answer). Raises ``ModelUnavailable`` when assistance is off,
+    ``HealingUnavailable`` without a description."""
     description = " ".join(description.split())[:300]
     if not description:
         raise HealingUnavailable("describe the element first")
     interactive_only = proposal.step.touches_page
     menu = [e for e in proposal.elements if e.get("interactive") or not interactive_only]
-    number = assist_choose_element(
+    prompt, offered = choosing_prompt(
+        description=description, elements=menu, run_values=_run_values(proposal.run)
+    )
+    return model_call_request(
         user=user,
         run_id=proposal.run.pk,
+        step_index=proposal.result.index,
+        target_field=proposal.field,
+        purpose=ModelCall.Purpose.CHOOSE,
         description=description,
-        elements=menu,
-        run_values=_run_values(proposal.run),
+        prompt=prompt,
+        offered=offered,
     )
+
+
+def heal_answered(*, proposal: HealProposal, call: ModelCall) -> HealProposal:
+    """The candidates as ``call`` (about this proposal's step and target, no longer pending)
+    proposes: in the model's order (those it left out last), or the element it chose from a
+    description first, as a candidate like the others. Changes nothing: the person still picks.
+    Raises ``HealingUnavailable`` when the model did not answer, or named no element the step
+    could use."""
+    if call.status == ModelCall.Status.FAILED:
+        raise HealingUnavailable(call.error)
+    if call.purpose == ModelCall.Purpose.RANK:
+        order = ranking_read(call.answer, call.offered)
+        position = {number: place for place, number in enumerate(order)}
+        ranked = sorted(proposal.candidates, key=lambda c: position.get(c.number, len(order)))
+        return replace(proposal, candidates=ranked)
+    number = choosing_read(call.answer, call.offered)
     chosen = (
         candidate_at(
             proposal.target,
             proposal.elements,
             number,
-            f"the model's choice for '{description}'",
-            interactive_only=interactive_only,
+            f"the model's choice for '{call.description}'",
+            interactive_only=proposal.step.touches_page,
         )
         if number is not None
         else None
     )
     if chosen is None:
-        raise HealingUnavailable(f"the model named no element of the page for '{description}'")
+        raise HealingUnavailable(f"the model named no element of the page for '{call.description}'")
     others = [c for c in proposal.candidates if c.number != chosen.number]
     return replace(proposal, candidates=[chosen, *others])
 
