@@ -10,7 +10,6 @@ naming the failed run. Nothing changes at run time and nothing runs until the dr
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from django.contrib.auth.models import User
 from pydantic import ValidationError
@@ -50,10 +49,6 @@ class HealProposal:
     def target(self) -> Target:
         return self.targets[self.field]
 
-    @property
-    def elements(self) -> list[dict[str, Any]]:
-        return list((self.result.observation or {}).get("elements") or [])
-
 
 def heal_available(*, run: Run, result: StepResult) -> bool:
     """Whether the step's page offers healing: it failed, saw a page, and has a target."""
@@ -74,10 +69,9 @@ def heal_proposal(*, run: Run, result: StepResult, field: str = "") -> HealPropo
     chosen = field or (named[0] if named else next(iter(targets)))
     if chosen not in targets:
         raise HealingUnavailable(f"step '{step.id}' has no target '{chosen}'")
-    elements = list((result.observation or {}).get("elements") or [])
     candidates = heal_candidates(
         targets[chosen],
-        elements,
+        result.elements,
         was=_last_place(run, result, targets[chosen]),
         interactive_only=step.touches_page,
     )
@@ -87,7 +81,7 @@ def heal_proposal(*, run: Run, result: StepResult, field: str = "") -> HealPropo
 def _step_and_targets(run: Run, result: StepResult) -> tuple[StepBase, dict[str, Target]]:
     if result.status != StepResult.Status.FAILED:
         raise HealingUnavailable("only a failed step is healed")
-    if not (result.observation or {}).get("elements"):
+    if not result.elements:
         raise HealingUnavailable("the step recorded no page to look for the element on")
     steps = run.version.steps or []
     if result.index >= len(steps):
@@ -118,11 +112,9 @@ def _last_place(run: Run, result: StepResult, target: Target) -> Place | None:
     )
     for run_id, index in passes:
         before = (
-            StepResult.objects.filter(run_id=run_id, index=index - 1)
-            .values_list("observation", flat=True)
-            .first()
+            StepResult.objects.filter(run_id=run_id, index=index - 1).only("observation").first()
         )
-        elements = (before or {}).get("elements") or []
+        elements = before.elements if before is not None else []
         place = place_of(target, elements, f"when run #{run_id} passed this step")
         if place is not None:
             return place
@@ -159,7 +151,7 @@ def heal_describe_ask(*, proposal: HealProposal, user: User, description: str) -
     if not description:
         raise HealingUnavailable("describe the element first")
     interactive_only = proposal.step.touches_page
-    menu = [e for e in proposal.elements if e.get("interactive") or not interactive_only]
+    menu = [e for e in proposal.result.elements if e.get("interactive") or not interactive_only]
     prompt, offered = choosing_prompt(
         description=description, elements=menu, run_values=_run_values(proposal.run)
     )
@@ -192,7 +184,7 @@ def heal_answered(*, proposal: HealProposal, call: ModelCall) -> HealProposal:
     chosen = (
         candidate_at(
             proposal.target,
-            proposal.elements,
+            proposal.result.elements,
             number,
             f"the model's choice for '{call.description}'",
             interactive_only=proposal.step.touches_page,
@@ -230,7 +222,7 @@ def heal_apply(
         candidate = next((c for c in proposal.candidates if c.number == number), None) or (
             candidate_at(
                 proposal.target,
-                proposal.elements,
+                proposal.result.elements,
                 number,
                 "chosen",
                 interactive_only=proposal.step.touches_page,
@@ -264,10 +256,7 @@ def heal_apply(
 
 def element_picture(*, run: Run, result: StepResult, number: int) -> bytes:
     """The step's screenshot with element ``number`` of its observation outlined (PNG)."""
-    element = next(
-        (e for e in (result.observation or {}).get("elements") or [] if e.get("number") == number),
-        None,
-    )
+    element = next((e for e in result.elements if e.get("number") == number), None)
     box = (element or {}).get("box")
     if not box or not result.screenshot or run.files_pruned_at is not None:
         raise HealingUnavailable("no picture of this element")
