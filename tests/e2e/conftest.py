@@ -15,10 +15,13 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import psycopg
 import pytest
+import yaml
+from playwright.sync_api import Page, expect
 from psycopg import sql
 
 from pandaweb.supervisor import url_answers
@@ -57,6 +60,24 @@ class Stack:
         )
         assert result.returncode == 0, result.stderr
         return result.stdout
+
+
+def workflow_import_and_publish(page: Page, stack: Stack, document: dict[str, Any]) -> None:
+    """Import ``document`` (a workflow file's content, its ``slug`` new to the stack) through
+    the dashboard and publish it as version 1, as the person logged in on ``page``; returns once
+    the dashboard says it is published, on the workflow's page."""
+    page.goto(f"{stack.url}/workflows/import/")
+    page.get_by_label("File").set_input_files(
+        files={
+            "name": f"{document['slug']}.yaml",
+            "mimeType": "application/yaml",
+            "buffer": yaml.safe_dump(document).encode(),
+        }
+    )
+    page.get_by_role("button", name="Import").click()
+    page.get_by_label("What changed").fill("first version")
+    page.get_by_role("button", name="Publish version 1").click()
+    expect(page.get_by_text("Published version 1")).to_be_visible()
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from pandaweb.core.roles import Role
 from pandaweb.demo_portal.state import PortalState
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, workflow_import_and_publish
 from tests.e2e.test_dashboard import log_in
 from tests.e2e.test_phone import DESKTOP, PHONE, assert_no_sideways_scroll, keep
 
@@ -37,22 +37,11 @@ def rename_review_button(stack: Stack, label: str) -> None:
 
 
 def import_and_publish(page: Page, stack: Stack) -> None:
+    """A copy of the demo workflow of this test's own, against the stack's portal."""
     document = yaml.safe_load(
         EXAMPLE.read_text().replace("127.0.0.1:8001", stack.portal_url.removeprefix("http://"))
     )
-    document |= {"slug": SLUG, "name": NAME}
-    page.goto(f"{stack.url}/workflows/import/")
-    page.get_by_label("File").set_input_files(
-        files={
-            "name": f"{SLUG}.yaml",
-            "mimeType": "application/yaml",
-            "buffer": yaml.safe_dump(document).encode(),
-        }
-    )
-    page.get_by_role("button", name="Import").click()
-    page.get_by_label("What changed").fill("first version")
-    page.get_by_role("button", name="Publish version 1").click()
-    expect(page.get_by_text("Published version 1")).to_be_visible()
+    workflow_import_and_publish(page, stack, document | {"slug": SLUG, "name": NAME})
 
 
 def launch(page: Page, stack: Stack) -> None:
