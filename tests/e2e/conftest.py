@@ -25,6 +25,7 @@ from playwright.sync_api import Page, expect
 from psycopg import sql
 
 from pandaweb.supervisor import url_answers
+from tests.sessions.fake_model import FakeModel, fake_model_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,13 +99,26 @@ def e2e_database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def live_stack(tmp_path_factory: pytest.TempPathFactory, e2e_database_url: str) -> Iterator[Stack]:
+def fake_model() -> Iterator[tuple[FakeModel, str]]:
+    """The stack's model for healing: a fake chat API on loopback (no real one is reachable)."""
+    with fake_model_server() as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def live_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    e2e_database_url: str,
+    fake_model: tuple[FakeModel, str],
+) -> Iterator[Stack]:
     data_dir = tmp_path_factory.mktemp("e2e-data")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST_"))}
     env |= {
         "DATABASE_URL": e2e_database_url,
         "PANDAWEB_DATA_DIR": str(data_dir),
         "PANDAWEB_CELERY_QUEUE": f"e2e-{secrets.token_hex(4)}",
+        "PANDAWEB_ASSIST_URL": fake_model[1],
+        "PANDAWEB_ASSIST_MODEL": "fake-model",
         "PYTHONUNBUFFERED": "1",
     }
     scale_out = bool(env.get("REDIS_URL"))
