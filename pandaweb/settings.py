@@ -286,6 +286,7 @@ INSTALLED_APPS = [
     "approvals",
     "pandaweb.webhooks",
     "pandaweb.schedules",
+    "pandaweb.assist",
     # Serves its docs page's scripts and styles from our own static files (no CDN).
     "ninja",
     "pandaweb.api",

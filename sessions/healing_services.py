@@ -10,12 +10,13 @@ naming the failed run. Nothing changes at run time and nothing runs until the dr
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from django.contrib.auth.models import User
 from pydantic import ValidationError
 
-from pandaweb.assist.services import assist_choose_element, assist_rank_candidates
+from pandaweb.assist.models import ModelCall
+from pandaweb.assist.prompts import choosing_prompt, choosing_read, ranking_prompt, ranking_read
+from pandaweb.assist.services import model_call_request
 from sessions.engine.healing import Candidate, Place, candidate_at, heal_candidates, place_of
 from sessions.engine.pictures import outline_target
 from sessions.engine.steps.base import StepBase
@@ -48,10 +49,6 @@ class HealProposal:
     def target(self) -> Target:
         return self.targets[self.field]
 
-    @property
-    def elements(self) -> list[dict[str, Any]]:
-        return list((self.result.observation or {}).get("elements") or [])
-
 
 def heal_available(*, run: Run, result: StepResult) -> bool:
     """Whether the step's page offers healing: it failed, saw a page, and has a target."""
@@ -72,10 +69,9 @@ def heal_proposal(*, run: Run, result: StepResult, field: str = "") -> HealPropo
     chosen = field or (named[0] if named else next(iter(targets)))
     if chosen not in targets:
         raise HealingUnavailable(f"step '{step.id}' has no target '{chosen}'")
-    elements = list((result.observation or {}).get("elements") or [])
     candidates = heal_candidates(
         targets[chosen],
-        elements,
+        result.elements,
         was=_last_place(run, result, targets[chosen]),
         interactive_only=step.touches_page,
     )
@@ -85,7 +81,7 @@ def heal_proposal(*, run: Run, result: StepResult, field: str = "") -> HealPropo
 def _step_and_targets(run: Run, result: StepResult) -> tuple[StepBase, dict[str, Target]]:
     if result.status != StepResult.Status.FAILED:
         raise HealingUnavailable("only a failed step is healed")
-    if not (result.observation or {}).get("elements"):
+    if not result.elements:
         raise HealingUnavailable("the step recorded no page to look for the element on")
     steps = run.version.steps or []
     if result.index >= len(steps):
@@ -116,63 +112,88 @@ def _last_place(run: Run, result: StepResult, target: Target) -> Place | None:
     )
     for run_id, index in passes:
         before = (
-            StepResult.objects.filter(run_id=run_id, index=index - 1)
-            .values_list("observation", flat=True)
-            .first()
+            StepResult.objects.filter(run_id=run_id, index=index - 1).only("observation").first()
         )
-        elements = (before or {}).get("elements") or []
+        elements = before.elements if before is not None else []
         place = place_of(target, elements, f"when run #{run_id} passed this step")
         if place is not None:
             return place
     return None
 
 
-def heal_ranked(*, proposal: HealProposal, user: User) -> HealProposal:
-    """The same candidates in the order the configured model proposes (those it left out last).
-    Raises ``ModelUnavailable`` when assistance is off or the model fails."""
-    order = assist_rank_candidates(
-        user=user,
-        run_id=proposal.run.pk,
+def heal_rank_ask(*, proposal: HealProposal, user: User) -> ModelCall:
+    """Have the configured model order the candidates: the question is recorded and a worker asks
+    it (``heal_answered`` reads the answer). Raises ``ModelUnavailable`` when assistance is
+    off."""
+    prompt = ranking_prompt(
         step_kind=proposal.step.label.lower(),
         looked_for=proposal.target.describe(),
         candidates=proposal.candidates,
         run_values=_run_values(proposal.run),
     )
-    position = {number: place for place, number in enumerate(order)}
-    ranked = sorted(proposal.candidates, key=lambda c: position.get(c.number, len(order)))
-    return replace(proposal, candidates=ranked)
+    return model_call_request(
+        user=user,
+        run_id=proposal.run.pk,
+        step_index=proposal.result.index,
+        target_field=proposal.field,
+        purpose=ModelCall.Purpose.RANK,
+        prompt=prompt,
+        offered=[c.number for c in proposal.candidates],
+    )
 
 
-def heal_described(*, proposal: HealProposal, user: User, description: str) -> HealProposal:
-    """The element of the step's page the configured model says ``description`` means, first
-    among the candidates (a proposal like the others). Raises ``ModelUnavailable`` when
-    assistance is off or the model fails, ``HealingUnavailable`` when it names no element the
-    step could use."""
+def heal_describe_ask(*, proposal: HealProposal, user: User, description: str) -> ModelCall:
+    """Have the configured model choose the element of the step's page ``description`` means,
+    among those the step could use: the question is recorded and a worker asks it
+    (``heal_answered`` reads the answer). Raises ``ModelUnavailable`` when assistance is off,
+    ``HealingUnavailable`` without a description."""
     description = " ".join(description.split())[:300]
     if not description:
         raise HealingUnavailable("describe the element first")
     interactive_only = proposal.step.touches_page
-    menu = [e for e in proposal.elements if e.get("interactive") or not interactive_only]
-    number = assist_choose_element(
+    menu = [e for e in proposal.result.elements if e.get("interactive") or not interactive_only]
+    prompt, offered = choosing_prompt(
+        description=description, elements=menu, run_values=_run_values(proposal.run)
+    )
+    return model_call_request(
         user=user,
         run_id=proposal.run.pk,
+        step_index=proposal.result.index,
+        target_field=proposal.field,
+        purpose=ModelCall.Purpose.CHOOSE,
         description=description,
-        elements=menu,
-        run_values=_run_values(proposal.run),
+        prompt=prompt,
+        offered=offered,
     )
+
+
+def heal_answered(*, proposal: HealProposal, call: ModelCall) -> HealProposal:
+    """The candidates as ``call`` (about this proposal's step and target, no longer pending)
+    proposes: in the model's order (those it left out last), or the element it chose from a
+    description first, as a candidate like the others. Changes nothing: the person still picks.
+    Raises ``HealingUnavailable`` when the model did not answer, or named no element the step
+    could use."""
+    if call.status == ModelCall.Status.FAILED:
+        raise HealingUnavailable(call.error)
+    if call.purpose == ModelCall.Purpose.RANK:
+        order = ranking_read(call.answer, call.offered)
+        position = {number: place for place, number in enumerate(order)}
+        ranked = sorted(proposal.candidates, key=lambda c: position.get(c.number, len(order)))
+        return replace(proposal, candidates=ranked)
+    number = choosing_read(call.answer, call.offered)
     chosen = (
         candidate_at(
             proposal.target,
-            proposal.elements,
+            proposal.result.elements,
             number,
-            f"the model's choice for '{description}'",
-            interactive_only=interactive_only,
+            f"the model's choice for '{call.description}'",
+            interactive_only=proposal.step.touches_page,
         )
         if number is not None
         else None
     )
     if chosen is None:
-        raise HealingUnavailable(f"the model named no element of the page for '{description}'")
+        raise HealingUnavailable(f"the model named no element of the page for '{call.description}'")
     others = [c for c in proposal.candidates if c.number != chosen.number]
     return replace(proposal, candidates=[chosen, *others])
 
@@ -201,7 +222,7 @@ def heal_apply(
         candidate = next((c for c in proposal.candidates if c.number == number), None) or (
             candidate_at(
                 proposal.target,
-                proposal.elements,
+                proposal.result.elements,
                 number,
                 "chosen",
                 interactive_only=proposal.step.touches_page,
@@ -235,10 +256,7 @@ def heal_apply(
 
 def element_picture(*, run: Run, result: StepResult, number: int) -> bytes:
     """The step's screenshot with element ``number`` of its observation outlined (PNG)."""
-    element = next(
-        (e for e in (result.observation or {}).get("elements") or [] if e.get("number") == number),
-        None,
-    )
+    element = next((e for e in result.elements if e.get("number") == number), None)
     box = (element or {}).get("box")
     if not box or not result.screenshot or run.files_pruned_at is not None:
         raise HealingUnavailable("no picture of this element")

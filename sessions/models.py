@@ -277,6 +277,12 @@ class StepResult(models.Model):
     def __str__(self) -> str:
         return f"{self.run} step {self.index + 1} ({self.status})"
 
+    @property
+    def elements(self) -> list[dict[str, Any]]:
+        """The numbered elements of the page the step's observation recorded (none when it
+        recorded no page)."""
+        return list((self.observation or {}).get("elements") or [])
+
 
 class RunEvent(models.Model):
     """The append-only log of a run. Every message to a browser is one of these first, so a

@@ -4,16 +4,19 @@ import mimetypes
 import secrets
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 
-from pandaweb.assist.client import ModelUnavailable
-from pandaweb.assist.services import assist_model
+from pandaweb.assist import selectors as assist_selectors
+from pandaweb.assist.errors import ModelUnavailable
+from pandaweb.assist.services import assist_enabled
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
@@ -218,26 +221,37 @@ def step_heal(request: AuthenticatedRequest, run_id: int, index: int) -> HttpRes
     result = run.step_results.filter(index=index).first()
     if result is None:
         raise Http404("no such step")
-    field = request.POST.get("field") or request.GET.get("field", "")
+    # A question to the model this person asked about this step: its answer, or the wait for it.
+    call_id = request.GET.get("call", "")
+    call = (
+        assist_selectors.model_call_get(
+            int(call_id), user=request.user, run_id=run.pk, step_index=index
+        )
+        if call_id.isdigit()
+        else None
+    )
+    field = call.target_field if call else request.POST.get("field") or request.GET.get("field", "")
     try:
         proposal = healing_services.heal_proposal(run=run, result=result, field=field)
     except healing_services.HealingUnavailable as exc:
         messages.error(request, f"This step cannot be healed: {exc}.")
         return redirect("runs:step", run_id=run.pk, index=index)
     errors: dict[str, list[str]] = {}
-    proposed_by = ""
     action = request.POST.get("action", "") if request.method == "POST" else ""
     try:
-        if action == "rank":
-            proposal = healing_services.heal_ranked(proposal=proposal, user=request.user)
-            proposed_by = settings.ASSIST_MODEL
-        elif action == "describe":
-            description = request.POST.get("description", "")
-            proposal = healing_services.heal_described(
-                proposal=proposal, user=request.user, description=description
+        if action in ("rank", "describe"):
+            call = (
+                healing_services.heal_rank_ask(proposal=proposal, user=request.user)
+                if action == "rank"
+                else healing_services.heal_describe_ask(
+                    proposal=proposal,
+                    user=request.user,
+                    description=request.POST.get("description", ""),
+                )
             )
-            proposed_by = settings.ASSIST_MODEL
-        elif request.method == "POST":
+            query = urlencode({"field": proposal.field, "call": call.pk})
+            return redirect(f"{reverse('runs:heal', args=[run.pk, index])}?{query}")
+        if request.method == "POST":
             number = request.POST.get("number", "")
             healing_services.heal_apply(
                 proposal=proposal,
@@ -256,18 +270,28 @@ def step_heal(request: AuthenticatedRequest, run_id: int, index: int) -> HttpRes
         errors = {action: [f"Nothing was proposed: {exc}."]}
     except workflow_services.WorkflowError as exc:
         errors = exc.field_errors or {"": [str(exc)]}
+    unanswered = ""
+    if call is not None and call.status != call.Status.PENDING:
+        try:
+            proposal = healing_services.heal_answered(proposal=proposal, call=call)
+        except healing_services.HealingUnavailable as exc:
+            unanswered = f"Nothing was proposed: {exc}."
     context = {
         "run": run,
         "result": result,
         "proposal": proposal,
         "errors": errors,
-        "assist": assist_model() is not None,
-        "proposed_by": proposed_by,
+        "assist": assist_enabled(),
+        "call": call,
+        "unanswered": unanswered,
         # Asked when the run's step is irreversible, and whenever the draft's turns out to be.
         "confirm": proposal.step.irreversible or "confirm" in errors,
         "pictures": result.screenshot and run.files_pruned_at is None,
     }
-    return render(request, "sessions/heal.html", context, status=400 if errors else 200)
+    # While the model is asked, the page polls its proposal: the candidates and what the model
+    # made of them.
+    template = "sessions/heal.html#proposal" if request.htmx else "sessions/heal.html"
+    return render(request, template, context, status=400 if errors else 200)
 
 
 @require_GET

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ROOT, Stack, e2e_database_url, live_stack, stack
+from tests.e2e.conftest import ROOT, Stack, e2e_database_url, fake_model, live_stack, stack
 
-__all__ = ["e2e_database_url", "live_stack", "stack"]
+__all__ = ["e2e_database_url", "fake_model", "live_stack", "stack"]
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)

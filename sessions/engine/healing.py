@@ -27,6 +27,8 @@ MINIMUM_SCORE = 0.4
 # Elements that share a role and a name are proposed by their place, the first few only.
 MAX_PLACES = 5
 _WORD = re.compile(r"\w+", re.UNICODE)
+# An observation's named elements by frame and name (see named_elements).
+Named = dict[tuple[str, str], list[Mapping[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,8 @@ class Candidate:
     target: Target
     score: float
     reasons: tuple[str, ...]
-    # How many elements of the same observation the proposed target would find.
+    # How many elements of the same observation (and frame) the proposed target finds: one, or
+    # the target would fail on the page the step saw.
     matches: int
 
 
@@ -72,6 +75,7 @@ def heal_candidates(
     if TEMPLATE.search(wanted):
         return []
     roles = _roles_meant(target)
+    named = named_elements(elements)
     # Elements by what a target can tell apart (role and name): a 1,000-row table holds 1,000
     # buttons named "View". Each element's place among those of its role, in document order.
     groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
@@ -86,14 +90,14 @@ def heal_candidates(
             # Playwright counts ``nth`` within a frame: elements of one frame apart.
             groups.setdefault((str(element.get("frame") or ""), role, name), []).append(element)
     found: list[Candidate] = []
-    for (_, role, name), alike in groups.items():
+    for (frame, role, name), alike in groups.items():
         score, reasons = _likeness(wanted, roles, role, name)
         # The kind of element alone proposes nothing: on a page whose only button is "Log out",
         # that button is no candidate for "Submit payment".
         named_alike = len(reasons) > (1 if role in roles else 0)
-        for place, element in enumerate(alike):
+        for shown, element in enumerate(alike):
             at_place = was is not None and role == was.role and ordinals[id(element)] == was.ordinal
-            if place >= MAX_PLACES and not at_place:
+            if shown >= MAX_PLACES and not at_place:
                 continue
             total, why = score, list(reasons)
             if at_place:
@@ -102,18 +106,19 @@ def heal_candidates(
                 why.append(f"where the {role} was {was.seen} ({_ordinal(was.ordinal + 1)} {role})")
             if total < MINIMUM_SCORE or (wanted and not (named_alike or at_place)):
                 continue
-            if len(alike) > 1:
-                why.append(f"number {place + 1} of {len(alike)} elements with this name")
+            pinned, place, of = _pinned(target, element, frame, named)
+            if of > 1:
+                why.append(f"number {place + 1} of {of} elements with this name")
             found.append(
                 Candidate(
                     number=int(element.get("number") or 0),
                     role=role,
                     name=name,
                     box=element.get("box"),
-                    target=_target_for(target, role, name, place if len(alike) > 1 else None),
+                    target=pinned,
                     score=round(total, 3),
                     reasons=tuple(why),
-                    matches=1,
+                    matches=len(found_by(pinned, frame, named)),
                 )
             )
     found.sort(key=lambda c: (-c.score, c.number))
@@ -137,21 +142,17 @@ def candidate_at(
     role, name = str(element.get("role") or ""), _name_of(element)
     if not (role and name):
         return None
-    alike = [
-        e
-        for e in elements
-        if e.get("role") == role and _name_of(e) == name and e.get("frame") == element.get("frame")
-    ]
-    place = alike.index(element)
+    frame, named = str(element.get("frame") or ""), named_elements(elements)
+    pinned, _, _ = _pinned(target, element, frame, named)
     return Candidate(
         number=number,
         role=role,
         name=name,
         box=element.get("box"),
-        target=_target_for(target, role, name, place if len(alike) > 1 else None),
+        target=pinned,
         score=1.0,
         reasons=(reason,),
-        matches=1,
+        matches=len(found_by(pinned, frame, named)),
     )
 
 
@@ -233,6 +234,45 @@ def _likeness(wanted: str, roles: frozenset[str], role: str, name: str) -> tuple
         words = ", ".join(f"'{w}'" for w in sorted(shared))
         reasons.append(f"its name shares {words}")
     return score, reasons
+
+
+def named_elements(elements: Sequence[Mapping[str, Any]]) -> Named:
+    """The named elements of an observation by frame and name, in document order: what a target
+    by role and name, or by text, picks from."""
+    named: Named = {}
+    for element in elements:
+        name = _name_of(element)
+        if name:
+            named.setdefault((str(element.get("frame") or ""), name), []).append(element)
+    return named
+
+
+def found_by(target: Target, frame: str, named: Named) -> list[Mapping[str, Any]]:
+    """The elements of ``frame`` an exact role-and-name or text target (what ``_target_for``
+    writes) finds on the observed page: those of its role and name, or of its text whatever
+    their role (an observation records accessible names, the nearest it holds to an element's
+    text), then its ``nth``, counted as Playwright counts it, among all of them."""
+    wanted = (target.name if target.role else target.text) or ""
+    found = named.get((frame, wanted), [])
+    if target.role:
+        found = [e for e in found if e.get("role") == target.role]
+    return found if target.nth is None else found[target.nth : target.nth + 1]
+
+
+def _pinned(
+    original: Target, element: Mapping[str, Any], frame: str, named: Named
+) -> tuple[Target, int, int]:
+    """The target that finds ``element`` and only it, its place among the elements its role and
+    name (or its text) find, and how many those are. The place counts every such element,
+    including those no candidate stands for (not interactive, say): the runner's locator sees
+    them all."""
+    role, name = str(element.get("role") or ""), _name_of(element)
+    loose = _target_for(original, role, name, None)
+    alike = found_by(loose, frame, named)
+    place = next(i for i, e in enumerate(alike) if e is element)
+    if len(alike) == 1:
+        return loose, place, 1
+    return _target_for(original, role, name, place), place, len(alike)
 
 
 def _target_for(original: Target, role: str, name: str, nth: int | None) -> Target:

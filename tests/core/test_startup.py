@@ -1,6 +1,6 @@
 """A web process that does not execute runs (daphne beside Celery workers, a management command)
-never loads the browser side: Playwright and the runner belong to the processes that run
-browsers."""
+never loads the workers' side: Playwright and the runner belong to the processes that run
+browsers, the model's client (the openai SDK) to the processes that ask the model."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BROWSER_SIDE = (
+NOT_IN_WEB_PROCESS = (
     "playwright.sync_api",
     "sessions.engine.runner",
     "sessions.services.execution",
     "sessions.services.baking",
+    "openai",
+    "pandaweb.assist.calling",
 )
 PROBE = f"""
 import json, sys
@@ -24,11 +26,11 @@ django.setup()
 from django.urls import resolve
 import pandaweb.asgi, pandaweb.api.api
 resolve("/")
-print(json.dumps([name for name in {BROWSER_SIDE!r} if name in sys.modules]))
+print(json.dumps([name for name in {NOT_IN_WEB_PROCESS!r} if name in sys.modules]))
 """
 
 
-def test_starting_the_web_side_loads_no_browser_code() -> None:
+def test_starting_the_web_side_loads_no_browser_and_no_model_client() -> None:
     clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     result = subprocess.run(
         [sys.executable, "-c", PROBE],

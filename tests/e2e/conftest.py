@@ -15,13 +15,17 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import psycopg
 import pytest
+import yaml
+from playwright.sync_api import Page, expect
 from psycopg import sql
 
 from pandaweb.supervisor import url_answers
+from tests.sessions.fake_model import FakeModel, fake_model_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,6 +63,24 @@ class Stack:
         return result.stdout
 
 
+def workflow_import_and_publish(page: Page, stack: Stack, document: dict[str, Any]) -> None:
+    """Import ``document`` (a workflow file's content, its ``slug`` new to the stack) through
+    the dashboard and publish it as version 1, as the person logged in on ``page``; returns once
+    the dashboard says it is published, on the workflow's page."""
+    page.goto(f"{stack.url}/workflows/import/")
+    page.get_by_label("File").set_input_files(
+        files={
+            "name": f"{document['slug']}.yaml",
+            "mimeType": "application/yaml",
+            "buffer": yaml.safe_dump(document).encode(),
+        }
+    )
+    page.get_by_role("button", name="Import").click()
+    page.get_by_label("What changed").fill("first version")
+    page.get_by_role("button", name="Publish version 1").click()
+    expect(page.get_by_text("Published version 1")).to_be_visible()
+
+
 @pytest.fixture(scope="session")
 def e2e_database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The stack's own database: SQLite by default, a fresh PostgreSQL one with DATABASE_URL."""
@@ -77,13 +99,26 @@ def e2e_database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def live_stack(tmp_path_factory: pytest.TempPathFactory, e2e_database_url: str) -> Iterator[Stack]:
+def fake_model() -> Iterator[tuple[FakeModel, str]]:
+    """The stack's model for healing: a fake chat API on loopback (no real one is reachable)."""
+    with fake_model_server() as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def live_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    e2e_database_url: str,
+    fake_model: tuple[FakeModel, str],
+) -> Iterator[Stack]:
     data_dir = tmp_path_factory.mktemp("e2e-data")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST_"))}
     env |= {
         "DATABASE_URL": e2e_database_url,
         "PANDAWEB_DATA_DIR": str(data_dir),
         "PANDAWEB_CELERY_QUEUE": f"e2e-{secrets.token_hex(4)}",
+        "PANDAWEB_ASSIST_URL": fake_model[1],
+        "PANDAWEB_ASSIST_MODEL": "fake-model",
         "PYTHONUNBUFFERED": "1",
     }
     scale_out = bool(env.get("REDIS_URL"))

@@ -8,11 +8,10 @@ import urllib.request
 from typing import Any
 
 import pytest
-import yaml
 from playwright.sync_api import Browser, Page, expect
 
 from pandaweb.core.roles import Role
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, workflow_import_and_publish
 from tests.e2e.test_dashboard import log_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -58,17 +57,7 @@ def publish_and_launch(
             *steps,
         ],
     }
-    page.goto(f"{stack.url}/workflows/import/")
-    page.get_by_label("File").set_input_files(
-        files={
-            "name": f"{slug}.yaml",
-            "mimeType": "application/yaml",
-            "buffer": yaml.safe_dump(document).encode(),
-        }
-    )
-    page.get_by_role("button", name="Import").click()
-    page.get_by_label("What changed").fill("first version")
-    page.get_by_role("button", name="Publish version 1").click()
+    workflow_import_and_publish(page, stack, document)
     page.get_by_role("link", name="Launch v1").click()
     page.get_by_role("button", name="Launch run").click()
 

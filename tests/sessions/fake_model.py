@@ -22,6 +22,9 @@ class FakeModel:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.failing = False
+        # Cleared, the model thinks until it is set again (what a page shows meanwhile).
+        self.answering = threading.Event()
+        self.answering.set()
 
     def answer(self, request: dict[str, Any]) -> str:
         prompt = request["messages"][-1]["content"]
@@ -47,6 +50,7 @@ def fake_model_server() -> Iterator[tuple[FakeModel, str]]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             model.requests.append({"path": self.path, **body})
+            model.answering.wait(timeout=15)
             if model.failing:
                 self._send(500, {"error": {"message": "the model is overloaded"}})
                 return

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessions.engine.healing import Place, heal_candidates, place_of
+from sessions.engine.healing import (
+    Place,
+    candidate_at,
+    found_by,
+    heal_candidates,
+    named_elements,
+    place_of,
+)
 from sessions.engine.steps.language import Target
 
 
@@ -77,6 +84,61 @@ def test_two_elements_with_one_name_are_told_apart_by_their_place() -> None:
     assert [c.target.nth for c in found] == [0, 1]
     assert "number 2 of 2 elements with this name" in found[1].reasons
     assert all(c.matches == 1 for c in found)
+
+
+def test_an_element_no_candidate_stands_for_still_counts_in_the_target_s_place() -> None:
+    # A button the step cannot act on (not interactive) shares the name: the runner's locator
+    # finds it too, so the interactive one is the second of two.
+    shown = {**element(1, "button", "Pay"), "interactive": False}
+    page = [shown, element(2, "button", "Pay")]
+
+    [candidate] = heal_candidates(Target(role="button", name="Pay now"), page)
+
+    assert candidate.number == 2
+    assert candidate.target == Target(role="button", name="Pay", exact=True, nth=1)
+    assert "number 2 of 2 elements with this name" in candidate.reasons
+    assert candidate.matches == 1
+
+
+def test_a_text_target_counts_every_element_of_that_name_whatever_its_role() -> None:
+    # A role people do not target becomes a text target, which finds the heading of the same
+    # words as well.
+    page = [element(1, "heading", "Archive"), element(2, "menuitemcheckbox", "Archive")]
+
+    chosen = candidate_at(Target(text="Archiv"), page, 2, "chosen", interactive_only=False)
+
+    assert chosen is not None
+    assert chosen.target == Target(text="Archive", exact=True, nth=1)
+    assert chosen.matches == 1
+
+
+def test_what_a_target_finds_is_counted_on_the_observed_page_frame_by_frame() -> None:
+    framed = {**element(5, "button", "Pay"), "frame": "iframe#pay"}
+    page = [
+        element(1, "button", "Pay"),
+        element(2, "link", "Pay"),
+        element(3, "button", "Pay"),
+        element(4, "button", "Pay later"),
+        framed,
+    ]
+    named = named_elements(page)
+
+    def count(target: Target, frame: str = "") -> int:
+        return len(found_by(target, frame, named))
+
+    assert count(Target(role="button", name="Pay", exact=True)) == 2
+    assert count(Target(role="button", name="Pay", exact=True, nth=1)) == 1
+    assert count(Target(role="button", name="Pay", exact=True, nth=2)) == 0
+    assert count(Target(text="Pay", exact=True)) == 3
+    assert count(Target(role="button", name="Pay", exact=True), "iframe#pay") == 1
+    # What each candidate shows: the count for its own target, one when it is pinned.
+    found = heal_candidates(Target(role="button", name="Pay it"), page)
+    assert {c.number: (c.target.nth, c.matches) for c in found} == {
+        1: (0, 1),
+        2: (None, 1),
+        3: (1, 1),
+        4: (None, 1),
+    }
 
 
 def test_a_page_with_nothing_alike_proposes_nothing() -> None:
