@@ -6,14 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from pandaweb.assist.errors import ModelUnavailable
+from pandaweb.assist.models import ModelCall
+from pandaweb.assist.services import assist_enabled
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required
 from pandaweb.core.roles import Capability
-from sessions.engine.steps.language import CREDENTIAL_FIELDS, IRREVERSIBLE_WORDS, Target
+from sessions import scratch_assist
+from sessions.engine.steps.language import IRREVERSIBLE_WORDS, Target
 from sessions.models import ScratchSession
 from sessions.services import scratch
 from workflows import selectors as workflow_selectors
@@ -38,7 +43,7 @@ def scratch_open(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 def scratch_page(request: AuthenticatedRequest, scratch_id: int) -> HttpResponse:
     session = _session(request, scratch_id)
     template = "sessions/partials/_scratch.html" if request.htmx else "sessions/scratch.html"
-    return render(request, template, _context(session))
+    return render(request, template, _context(session, request.user))
 
 
 @require_POST
@@ -132,6 +137,51 @@ def scratch_record(request: AuthenticatedRequest, scratch_id: int) -> HttpRespon
 
 @require_POST
 @capability_required(Capability.AUTHOR_WORKFLOWS)
+def scratch_assist_ask(request: AuthenticatedRequest, scratch_id: int) -> HttpResponse:
+    session = _session(request, scratch_id)
+    purpose = (
+        ModelCall.Purpose.DRAFT
+        if request.POST.get("action") == "draft"
+        else ModelCall.Purpose.CHOOSE
+    )
+    errors: list[str] = []
+    try:
+        scratch_assist.scratch_assist_ask(
+            scratch_id=session.pk,
+            user=request.user,
+            purpose=purpose,
+            words=request.POST.get("words", ""),
+        )
+    except (scratch.ScratchError, ModelUnavailable) as exc:
+        errors.append(f"Nothing was asked: {exc}.")
+    return _answer(request, session, errors)
+
+
+@require_POST
+@capability_required(Capability.AUTHOR_WORKFLOWS)
+def scratch_assist_add(request: AuthenticatedRequest, scratch_id: int) -> HttpResponse:
+    session = _session(request, scratch_id)
+    call_id = request.POST.get("call_id", "")
+    errors: list[str] = []
+    try:
+        added = scratch_assist.scratch_assist_add(
+            scratch_id=session.pk,
+            user=request.user,
+            call_id=int(call_id) if call_id.isdigit() else 0,
+            after=request.POST.get("after", ""),
+        )
+    except scratch.ScratchError as exc:
+        errors.append(f"Nothing was added: {exc}.")
+    except workflow_services.WorkflowError as exc:
+        said = [m for ms in (exc.field_errors or {}).values() for m in ms] or [str(exc)]
+        errors.extend(f"Nothing was added: {message}." for message in said)
+    else:
+        messages.success(request, f"Added {len(added)} steps to the draft: {', '.join(added)}.")
+    return _answer(request, session, errors)
+
+
+@require_POST
+@capability_required(Capability.AUTHOR_WORKFLOWS)
 def scratch_close(request: AuthenticatedRequest, scratch_id: int) -> HttpResponse:
     session = _session(request, scratch_id)
     scratch.scratch_close(scratch_id=session.pk, user=request.user)
@@ -164,14 +214,14 @@ def _answer(
 ) -> HttpResponse:
     session.refresh_from_db()
     if request.htmx:
-        context = {**_context(session), "errors": errors}
+        context = {**_context(session, request.user), "errors": errors}
         return render(request, "sessions/partials/_scratch.html", context, status=200)
     for error in errors:
         messages.error(request, error)
     return redirect("runs:scratch", scratch_id=session.pk)
 
 
-def _context(session: ScratchSession) -> dict[str, Any]:
+def _context(session: ScratchSession, user: User) -> dict[str, Any]:
     rows = []
     targets: list[dict[str, Any]] = []
     page_proposals = scratch.scratch_page_proposals(session)
@@ -210,16 +260,12 @@ def _context(session: ScratchSession) -> dict[str, Any]:
             )
     observation = session.observation or {}
     upcoming = observation.get("upcoming")
+    call = scratch_assist.scratch_assist_latest(session, user)
     element = (session.picked or {}).get("element") or {}
-    kinds = dict(session.workflow.credentials.values_list("name", "kind"))
     return {
         "record_kind": scratch.RECORDED_KINDS.get(str(element.get("role") or ""), "click"),
         "final_words": bool(IRREVERSIBLE_WORDS.search(str(element.get("name") or ""))),
-        "credential_fields": [
-            f"{name}.{field}"
-            for name, kind in sorted(kinds.items())
-            for field in CREDENTIAL_FIELDS.get(kind, ())
-        ],
+        "credential_fields": scratch.scratch_credential_fields(session.workflow),
         # New steps go after the last step done on this page, by default.
         "record_after": rows[upcoming - 1]["id"]
         if isinstance(upcoming, int) and 0 < upcoming <= len(rows)
@@ -231,6 +277,11 @@ def _context(session: ScratchSession) -> dict[str, Any]:
         "elements": [e for e in observation.get("elements") or [] if e.get("box")],
         "width": observation.get("width") or 1280,
         "height": observation.get("height") or 900,
-        "polling": session.status in (ScratchSession.Status.STARTING, ScratchSession.Status.BUSY),
+        "polling": session.status in (ScratchSession.Status.STARTING, ScratchSession.Status.BUSY)
+        or (call is not None and call.status == ModelCall.Status.PENDING),
+        "assist": assist_enabled(),
+        "call": call,
+        "chosen": scratch_assist.scratch_assist_chosen(session, call) if call else None,
+        "drafted": scratch_assist.scratch_assist_drafted(session, call) if call else [],
         "refused": sorted((session.refused or {}).items()),
     }

@@ -31,6 +31,16 @@ urlpatterns = [
     path("scratch/<int:scratch_id>/ask/", scratch_views.scratch_ask, name="scratch_ask"),
     path("scratch/<int:scratch_id>/use/", scratch_views.scratch_use, name="scratch_use"),
     path("scratch/<int:scratch_id>/record/", scratch_views.scratch_record, name="scratch_record"),
+    path(
+        "scratch/<int:scratch_id>/ask-model/",
+        scratch_views.scratch_assist_ask,
+        name="scratch_assist",
+    ),
+    path(
+        "scratch/<int:scratch_id>/add-drafted/",
+        scratch_views.scratch_assist_add,
+        name="scratch_assist_add",
+    ),
     path("scratch/<int:scratch_id>/close/", scratch_views.scratch_close, name="scratch_close"),
     path(
         "scratch/<int:scratch_id>/pictures/<str:name>",

@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 SYSTEMS = {
     ModelCall.Purpose.RANK: prompts.RANKING_SYSTEM,
     ModelCall.Purpose.CHOOSE: prompts.CHOOSING_SYSTEM,
+    ModelCall.Purpose.DRAFT: prompts.DRAFTING_SYSTEM,
 }
 # What the row and the audit event keep of an answer: the answers read are a few numbers.
 ANSWER_LIMIT = 4000
@@ -54,10 +55,11 @@ def model_call_answer(*, call_id: int) -> None:
         )
         # Audited whether or not another delivery recorded its answer first: the call was made
         # (and paid for) all the same.
+        object_type, object_id = call.about
         audit_record(
             action="assist.model_called",
-            object_type="run",
-            object_id=call.run_id,
+            object_type=object_type,
+            object_id=object_id,
             actor=call.requested_by,
             after={
                 "call": call.pk,

@@ -4,18 +4,19 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from sessions.models import Run
+from sessions.models import Run, ScratchSession
 
 
 class ModelCall(models.Model):
     """One question to the configured model, asked for a person on the healing page of a run's
-    failed step: recorded when they ask, answered by a worker (the web process never loads the
-    model's client), read by the page, which waits for it."""
+    failed step or in their scratch session: recorded when they ask, answered by a worker (the
+    web process never loads the model's client), read by the page, which waits for it."""
 
     class Purpose(models.TextChoices):
         # The labels are the audit trail's words for the call.
         RANK = "rank", "rank healing candidates"
         CHOOSE = "choose", "choose an element"
+        DRAFT = "draft", "draft steps"
 
     class Status(models.TextChoices):
         PENDING = "pending", "Asking"
@@ -25,10 +26,20 @@ class ModelCall(models.Model):
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="model_calls")
-    # The run's step (its index) and the target of it the question is about.
-    step_index = models.PositiveIntegerField()
-    target_field = models.CharField(max_length=40)
+    # What the question is about: a run's step (its index, and which of its targets), or a
+    # scratch session's page.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="model_calls", null=True, blank=True
+    )
+    scratch = models.ForeignKey(
+        ScratchSession,
+        on_delete=models.CASCADE,
+        related_name="model_calls",
+        null=True,
+        blank=True,
+    )
+    step_index = models.PositiveIntegerField(null=True, blank=True)
+    target_field = models.CharField(max_length=40, blank=True)
     purpose = models.CharField(max_length=10, choices=Purpose.choices)
     # The person's words, when they described the element.
     description = models.CharField(max_length=300, blank=True)
@@ -57,10 +68,24 @@ class ModelCall(models.Model):
                 condition=~Q(status="failed") | ~Q(error=""),
                 name="model_call_failure_says_why",
             ),
+            models.CheckConstraint(
+                condition=Q(run__isnull=False, scratch__isnull=True)
+                | Q(run__isnull=True, scratch__isnull=False),
+                name="model_call_about_a_run_or_a_scratch_session",
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"Model call #{self.pk} ({self.get_purpose_display()}) for run #{self.run_id}"
+        about = f"run #{self.run_id}" if self.run_id else f"scratch session #{self.scratch_id}"
+        return f"Model call #{self.pk} ({self.get_purpose_display()}) for {about}"
+
+    @property
+    def about(self) -> tuple[str, int]:
+        """The audit trail's object the call is about."""
+        if self.run_id is not None:
+            return "run", self.run_id
+        assert self.scratch_id is not None
+        return "scratch_session", self.scratch_id
 
     @property
     def prompt_chars(self) -> int:

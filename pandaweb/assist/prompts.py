@@ -28,6 +28,19 @@ CHOOSING_SYSTEM = (
     "description and the page's numbered elements (role and accessible name). Answer with JSON "
     'only: {"number": the number of the element they mean}, or {"number": null} when none fits.'
 )
+DRAFTING_SYSTEM = (
+    "You help a person write the steps of a browser automation on the page they have open. You "
+    "get their goal, the launch parameters and credential fields the steps may type (by name; "
+    "their values are not yours to see), and the page's numbered elements (role and accessible "
+    'name). Answer with JSON only: {"steps": [...]}, the steps to take on this page, in order, '
+    'each one of {"do": "click", "element": n}, {"do": "check", "element": n}, '
+    '{"do": "fill" or "select", "element": n, "value": {"param": name} or '
+    '{"credential": "credential.field"} or {"text": words}}. Use only the numbers given; type '
+    "a password or a code only from a credential field."
+)
+DRAFT_KINDS = ("click", "check", "fill", "select")
+# At most this many steps are read from one answer: a page is a handful of actions.
+DRAFT_LIMIT = 15
 # The prompt lists at most this many elements, the interactive ones first.
 MENU_LIMIT = 400
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
@@ -101,3 +114,66 @@ def _redacted(text: str, run_values: Mapping[str, str]) -> str:
         if len(value) >= 3:
             text = text.replace(value, reference)
     return text
+
+
+def drafting_prompt(
+    *,
+    goal: str,
+    elements: Sequence[Mapping[str, Any]],
+    parameters: Sequence[str],
+    credential_fields: Sequence[str],
+    run_values: Mapping[str, str],
+) -> tuple[str, list[int]]:
+    """The question that has the model propose the steps toward ``goal`` on a page, and the
+    element numbers it offers (interactive, named elements, at most MENU_LIMIT): names of
+    parameters and credential fields, never their values."""
+    menu = [e for e in elements if e.get("interactive") and str(e.get("name") or "").strip()][
+        :MENU_LIMIT
+    ]
+    lines = [
+        f"Goal: {goal}",
+        f"Parameters: {', '.join(parameters) or 'none'}",
+        f"Credential fields: {', '.join(credential_fields) or 'none'}",
+        "Elements:",
+    ]
+    for element in menu:
+        name = json.dumps(_redacted(" ".join(str(element["name"]).split()), run_values))
+        lines.append(f"[{element['number']}] {element['role']} {name}")
+    return "\n".join(lines), [int(e["number"]) for e in menu]
+
+
+def drafting_read(
+    answer: str,
+    offered: Sequence[int],
+    parameters: Sequence[str],
+    credential_fields: Sequence[str],
+) -> list[dict[str, Any]]:
+    """The steps the answer proposes, those only that use an offered element and, for a value,
+    a known parameter, a known credential field or plain words: ``{"do", "element", "value"}``
+    with ``value`` as ``{{ … }}`` text, in order."""
+    match = _JSON_OBJECT.search(answer)
+    try:
+        steps = json.loads(match.group(0)).get("steps") if match else None
+    except (ValueError, AttributeError):
+        return []
+    read: list[dict[str, Any]] = []
+    for step in steps if isinstance(steps, list) else []:
+        if not isinstance(step, dict) or step.get("do") not in DRAFT_KINDS:
+            continue
+        number = step.get("element")
+        if isinstance(number, bool) or not isinstance(number, int) or number not in offered:
+            continue
+        entry: dict[str, Any] = {"do": step["do"], "element": number}
+        if step["do"] in ("fill", "select"):
+            given = step.get("value")
+            value: dict[str, Any] = given if isinstance(given, dict) else {}
+            if value.get("param") in parameters:
+                entry["value"] = f"{{{{ params.{value['param']} }}}}"
+            elif value.get("credential") in credential_fields:
+                entry["value"] = f"{{{{ secrets.{value['credential']} }}}}"
+            elif isinstance(value.get("text"), str) and value["text"].strip():
+                entry["value"] = value["text"].strip()[:500]
+            else:
+                continue
+        read.append(entry)
+    return read[:DRAFT_LIMIT]

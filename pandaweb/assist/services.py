@@ -31,23 +31,25 @@ def assist_enabled() -> bool:
 def model_call_request(
     *,
     user: User,
-    run_id: int,
-    step_index: int,
-    target_field: str,
     purpose: ModelCall.Purpose,
     prompt: str,
     offered: Sequence[int],
+    run_id: int | None = None,
+    step_index: int | None = None,
+    target_field: str = "",
+    scratch_id: int | None = None,
     description: str = "",
 ) -> ModelCall:
-    """Record a question for the configured model about a run's step, and have a worker ask it
-    once this commits (``calling.model_call_answer``). ``prompt`` holds page words only (see
-    ``prompts``). Raises ModelUnavailable when no model is configured. Not idempotent: each call
-    is a new question."""
+    """Record a question for the configured model about a run's step or a scratch session's
+    page, and have a worker ask it once this commits (``calling.model_call_answer``). ``prompt``
+    holds page words only (see ``prompts``). Raises ModelUnavailable when no model is
+    configured. Not idempotent: each call is a new question."""
     if not assist_enabled():
         raise ModelUnavailable("no model is configured (PANDAWEB_ASSIST_URL)")
     call = ModelCall.objects.create(
         requested_by=user,
         run_id=run_id,
+        scratch_id=scratch_id,
         step_index=step_index,
         target_field=target_field,
         purpose=purpose,
@@ -55,10 +57,11 @@ def model_call_request(
         prompt=prompt,
         offered=list(offered),
     )
+    object_type, object_id = call.about
     audit_record(
         action="assist.model_asked",
-        object_type="run",
-        object_id=run_id,
+        object_type=object_type,
+        object_id=object_id,
         actor=user,
         after={
             "call": call.pk,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -28,7 +29,7 @@ from django.utils import timezone
 from pandaweb.audit.services import audit_record
 from pandaweb.core.dispatch import dispatch, task_named
 from sessions.engine.healing import Candidate, absent_from, candidate_at, heal_candidates
-from sessions.engine.steps.language import Target
+from sessions.engine.steps.language import CREDENTIAL_FIELDS, Target
 from sessions.models import ScratchSession
 from sessions.services.runstate import destroy_sandbox, host_queue
 from workflows import selectors as workflow_selectors
@@ -55,6 +56,16 @@ def scratch_steps(workflow: Workflow) -> list[dict[str, Any]]:
     if version is None:
         return []
     return [*((version.session or {}).get("steps") or []), *(version.steps or [])]
+
+
+def scratch_credential_fields(workflow: Workflow) -> list[str]:
+    """The workflow's credentials' fields a step may type, as ``credential.field``."""
+    kinds = workflow.credentials.values_list("name", "kind")
+    return [
+        f"{name}.{field}"
+        for name, kind in sorted(kinds)
+        for field in CREDENTIAL_FIELDS.get(kind, ())
+    ]
 
 
 def scratch_inputs(workflow: Workflow) -> dict[str, Any]:
@@ -315,7 +326,7 @@ def scratch_record(
     element = picked.get("element") or {}
     kind = RECORDED_KINDS.get(str(element.get("role") or ""), "click")
     step: dict[str, Any] = {"type": kind, "target": proposals[proposal]["target"]}
-    step["id"] = _new_step_id(session.workflow, kind, str(element.get("name") or ""))
+    step["id"] = new_step_id(session.workflow, kind, str(element.get("name") or ""))
     parameter: dict[str, Any] | None = None
     if kind == "click":
         step["irreversible"] = irreversible
@@ -364,10 +375,12 @@ def scratch_record(
     return step["id"], ""
 
 
-def _new_step_id(workflow: Workflow, kind: str, name: str) -> str:
+def new_step_id(workflow: Workflow, kind: str, name: str, also_taken: Collection[str] = ()) -> str:
+    """An id for a new step that does ``kind`` to the element named ``name``, unused by the
+    working copy's steps and by ``also_taken`` ("fill-username", "click-sign-in-2")."""
     words = re.sub(r"[^a-z0-9]+", "-", name.casefold()).strip("-")[:40].strip("-")
     base = f"{kind}-{words}" if words else kind
-    taken = {str(s.get("id")) for s in scratch_steps(workflow)}
+    taken = {str(s.get("id")) for s in scratch_steps(workflow)} | set(also_taken)
     found = base
     number = 2
     while found in taken:

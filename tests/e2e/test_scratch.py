@@ -150,6 +150,13 @@ def test_a_draft_is_tried_up_to_the_payment_and_a_target_is_picked_on_the_page(
     first.get_by_role("button", name="Put in the draft").click()
     expect(page.get_by_text("Step 'submit-payment' of the draft now uses")).to_be_visible()
 
+    # The model finds a described element on the page; it is then picked like any other.
+    page.get_by_label("Find the element you describe").fill("Submit payment")
+    page.get_by_role("button", name="Find it").click()
+    chose = page.locator(".scratch-assist")
+    expect(chose).to_contain_text("chose [", timeout=30_000)
+    expect(chose).to_contain_text("button “Submit payment”")
+
     scratch_url = page.url
     for size, name in ((DESKTOP, "scratch-desktop.png"), (PHONE, "scratch-phone.png")):
         context = browser.new_context(viewport=size, is_mobile=size is PHONE)

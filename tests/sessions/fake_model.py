@@ -4,7 +4,8 @@ A real model cannot run on this machine (no model API is reachable, and no local
 installed), so the tests talk to this: it speaks the chat completions API the product's client
 (the official ``openai`` SDK) uses, keeps every request for the test to read, and answers
 deterministically: the candidate numbers of a ranking prompt in reverse order; for a description,
-the first element whose line holds it, or a number that is not on the menu.
+the first element whose line holds it, or a number that is not on the menu; for a goal, the steps
+``_steps`` says.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class FakeModel:
     def answer(self, request: dict[str, Any]) -> str:
         prompt = request["messages"][-1]["content"]
         lines = re.findall(r"^\[(\d+)\] (.*)$", prompt, re.MULTILINE)
+        goal = re.search(r"^Goal: (.*)$", prompt, re.MULTILINE)
+        if goal is not None:
+            return json.dumps({"steps": self._steps(prompt, goal.group(1).casefold(), lines)})
         described = re.search(r"^Description: (.*)$", prompt, re.MULTILINE)
         if described is None:
             return json.dumps({"order": [int(n) for n, _ in reversed(lines)]})
@@ -37,6 +41,36 @@ class FakeModel:
         wanted = described.group(1).casefold()
         chosen = next((int(n) for n, line in lines if wanted in line.casefold()), 999)
         return json.dumps({"number": chosen})
+
+    @staticmethod
+    def _steps(prompt: str, goal: str, lines: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        """Drafting: every field the goal names is filled (from the credential field of that
+        name, else from a parameter of that name, else with its name), then every button or
+        link it names is clicked, in the page's order."""
+        said = re.search(r"^Credential fields: (.*)$", prompt, re.MULTILINE)
+        fields = [f for f in (said.group(1).split(", ") if said else []) if "." in f]
+        said = re.search(r"^Parameters: (.*)$", prompt, re.MULTILINE)
+        parameters = said.group(1).split(", ") if said else []
+        steps: list[dict[str, Any]] = []
+        for number, line in lines:
+            role, _, quoted = line.partition(" ")
+            name = json.loads(quoted) if quoted.startswith('"') else quoted
+            if name.casefold() not in goal:
+                continue
+            if role == "textbox":
+                field = next((f for f in fields if f.split(".")[1] == name.casefold()), None)
+                parameter = next((p for p in parameters if p == name.casefold()), None)
+                value = (
+                    {"credential": field}
+                    if field
+                    else {"param": parameter}
+                    if parameter
+                    else {"text": name}
+                )
+                steps.append({"do": "fill", "element": int(number), "value": value})
+            elif role in ("button", "link"):
+                steps.append({"do": "click", "element": int(number)})
+        return steps
 
 
 @contextmanager
