@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.selectors import question_count_for
-from sessions.models import Run, SavedRunView, StepResult
+from sessions.models import Run, SavedRunView, ScratchSession, StepResult
 from sessions.services import runstate
 from workflows.models import Workflow, WorkflowVersion
 
@@ -559,6 +559,9 @@ class Capacity:
     queues: list[WorkflowQueue]
     active: int
     sandboxes_by_host: list[tuple[str, int]]
+    # Scratch sessions' browsers (authoring on a live page), and how many may be open at once.
+    scratch_open: int
+    scratch_max: int
     expiring: list[Any]
     retention_days: int
     pruned_runs: int
@@ -582,6 +585,8 @@ def capacity(*, expiring_within: timedelta = timedelta(minutes=15)) -> Capacity:
         oldest_queued=_runs().filter(status=Run.Status.QUEUED).order_by("created_at", "id").first(),
         active=Run.objects.filter(status__in=Run.ACTIVE).count(),
         sandboxes_by_host=sorted(hosts.items()),
+        scratch_open=ScratchSession.objects.filter(status__in=ScratchSession.OPEN).count(),
+        scratch_max=settings.SCRATCH_SESSIONS_MAX,
         expiring=list(
             ApprovalRequest.objects.filter(
                 status=ApprovalRequest.Status.PENDING, expires_at__lte=soon

@@ -15,8 +15,8 @@ import contextlib
 import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar, cast
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, TypeVar, cast
 
 from playwright.sync_api import Browser, Playwright, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
@@ -119,6 +119,89 @@ class Connection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ConnectionLost(Exception):
+    """A held connection closed (idle too long, or its browser went away); open another."""
+
+
+class HeldConnection:
+    """A browser connection kept open for several pieces of work, one at a time, on one warm
+    driver's thread, until it is closed or idle for ``idle_seconds``.
+
+    For a browser people work with piece by piece (a scratch session): a new connection per
+    piece costs a connect, and Chromium restyles and lays out the whole page when Playwright
+    sets up a new connection (100 ms on a 1,000-row table). The thread it holds is the pool's
+    until then.
+    """
+
+    def __init__(
+        self,
+        cdp_url: str,
+        *,
+        artifacts_dir: str | None = None,
+        timeout_ms: float = _CONNECT_MS,
+        idle_seconds: float = 60.0,
+    ) -> None:
+        self._work: queue.SimpleQueue[tuple[Callable[[Browser], object], Future[object]] | None]
+        self._work = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._done = _POOL.submit(self._hold, cdp_url, artifacts_dir, timeout_ms, idle_seconds)
+
+    def _hold(
+        self, cdp_url: str, artifacts_dir: str | None, timeout_ms: float, idle_seconds: float
+    ) -> None:
+        browser = _connect(cdp_url, artifacts_dir, timeout_ms)
+        try:
+            while True:
+                try:
+                    item = self._work.get(timeout=idle_seconds)
+                except queue.Empty:
+                    return
+                if item is None:
+                    return
+                work, result = item
+                try:
+                    result.set_result(work(browser))
+                except BaseException as exc:
+                    result.set_exception(exc)
+                if not browser.is_connected():
+                    return
+        finally:
+            with contextlib.suppress(PlaywrightError):
+                browser.close()
+            # Work handed over while the thread was leaving is told so, not left waiting.
+            while True:
+                try:
+                    left = self._work.get_nowait()
+                except queue.Empty:
+                    break
+                if left is not None:
+                    left[1].set_exception(ConnectionLost("the browser connection closed"))
+
+    def run(self, work: Callable[[Browser], T]) -> T:
+        """Run ``work`` with the browser on the connection's thread and return what it did.
+        Raises ConnectionLost when the connection is gone (then open another), or what
+        connecting or ``work`` raised."""
+        with self._lock:
+            if self._done.done():
+                self._done.result()  # what connecting raised, if it failed
+                raise ConnectionLost("the browser connection closed")
+            result: Future[object] = Future()
+            self._work.put((work, result))
+        either: list[Future[Any]] = [result, self._done]
+        wait(either, return_when=FIRST_COMPLETED)
+        if not result.done():
+            self._done.result()
+            raise ConnectionLost("the browser connection closed")
+        return cast(T, result.result())
+
+    def close(self) -> None:
+        self._work.put(None)
+
+    @property
+    def open(self) -> bool:
+        return not self._done.done()
 
 
 def with_browser(

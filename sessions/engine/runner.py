@@ -144,7 +144,7 @@ class Runner:
         here" does."""
         return with_browser(
             cdp_url,
-            lambda browser: self._run(_started_over(browser) if start_over else browser),
+            lambda browser: self._run(started_over(browser) if start_over else browser),
             artifacts_dir=artifacts_dir,
             timeout_ms=connect_timeout_ms(self.plan.time_scale),
         )
@@ -153,26 +153,46 @@ class Runner:
         """``run`` on a connection opened ahead of time."""
         return connection.run(self._run)
 
+    def run_with(self, browser: Browser, *, start_over: bool = False) -> RunOutcome:
+        """``run`` on a browser connected already (a scratch session's held connection)."""
+        return self._run(started_over(browser) if start_over else browser)
+
     def look(self, browser: Browser) -> StepRecord:
         """The page as it is now, recorded as a step's evidence is (a scratch session's look)."""
-        self._watch(browser.contexts[0] if browser.contexts else browser.new_context())
-        record = StepRecord(
-            index=-1, step_id="", step_type="look", sentence="The page as it is now",
-            status="succeeded", started_at=datetime.now(UTC), duration_ms=0,
-        )  # fmt: skip
-        capturing.capture(self, record, touched_page=True, watch=False)
+        context = browser.contexts[0] if browser.contexts else browser.new_context()
+        self._watch(context)
+        try:
+            record = StepRecord(
+                index=-1, step_id="", step_type="look", sentence="The page as it is now",
+                status="succeeded", started_at=datetime.now(UTC), duration_ms=0,
+            )  # fmt: skip
+            capturing.capture(self, record, touched_page=True, watch=False)
+        finally:
+            self._unwatch(context)
         record.status = "failed" if record.error else "succeeded"
         return record
 
     def pick(self, browser: Browser, element: dict[str, Any]) -> picking.Picked:
         """Targets for ``element`` of the last observation, tried on the page as it is now."""
-        self._watch(browser.contexts[0] if browser.contexts else browser.new_context())
-        return picking.pick(
-            self.page, element, lambda page, target: self.locate(page, target, strict=False)
-        )
+        context = browser.contexts[0] if browser.contexts else browser.new_context()
+        self._watch(context)
+        try:
+            return picking.pick(
+                self.page, element, lambda page, target: self.locate(page, target, strict=False)
+            )
+        finally:
+            self._unwatch(context)
 
     def _run(self, browser: Browser) -> RunOutcome:
         context = browser.contexts[0] if browser.contexts else browser.new_context()
+        try:
+            return self._run_in(context)
+        finally:
+            # A connection that outlives this runner (a scratch session's) must not keep
+            # answering dialogs on its behalf.
+            self._unwatch(context)
+
+    def _run_in(self, context: BrowserContext) -> RunOutcome:
         fresh = self.plan.start_index == 0 and self.plan.approved_index is None
         if fresh and self.plan.storage_state:
             _load_storage_state(context, self.plan.storage_state)
@@ -423,6 +443,15 @@ class Runner:
         for page in self._pages:
             page.on("dialog", self._dialog)
         context.on("page", self._new_page)
+
+    def _unwatch(self, context: BrowserContext) -> None:
+        # Removing a listener that was never added (a run that stopped before watching)
+        # raises KeyError in the event emitter: nothing to remove then.
+        with contextlib.suppress(PlaywrightError, KeyError, ValueError):
+            context.remove_listener("page", self._new_page)
+            for page in self._pages:
+                if not page.is_closed():
+                    page.remove_listener("dialog", self._dialog)
 
     def _new_page(self, page: Page) -> None:
         # A click that opens a tab moves the robot to it, as it would a person.
@@ -777,7 +806,8 @@ def _load_storage_state(context: BrowserContext, state: dict[str, Any]) -> None:
             page.close()
 
 
-def _started_over(browser: Browser) -> Browser:
+def started_over(browser: Browser) -> Browser:
+    """``browser`` with what it held forgotten: cookies, storage, its other tabs, the page."""
     context = browser.contexts[0] if browser.contexts else browser.new_context()
     context.clear_cookies()
     pages = [p for p in context.pages if not p.is_closed()]

@@ -186,7 +186,10 @@ def scratch_ask(
 
 
 def _element(session: ScratchSession, number: int | None) -> dict[str, Any]:
-    elements = (session.observation or {}).get("elements") or []
+    observation = (
+        ScratchSession.objects.filter(pk=session.pk).values_list("observation", flat=True).get()
+    )
+    elements = (observation or {}).get("elements") or []
     element = next((e for e in elements if number is not None and e.get("number") == number), None)
     if element is None:
         raise ScratchError(f"the page has no element [{number}] now: look at the page again")
@@ -432,6 +435,7 @@ def _lock(scratch_id: int, user: User) -> ScratchSession:
     session = (
         ScratchSession.objects.select_for_update()
         .select_related("workflow")
+        .defer("observation")
         .get(pk=scratch_id, started_by=user)
     )
     if session.is_open and session.expires_at <= timezone.now():

@@ -9,18 +9,21 @@ from __future__ import annotations
 import logging
 import secrets
 import socket
+import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import transaction
 from django.utils import timezone
+from playwright.sync_api import Browser
 
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from sessions.engine import recording
-from sessions.engine.driver import connect_timeout_ms, with_browser
+from sessions.engine.driver import ConnectionLost, HeldConnection, connect_timeout_ms
 from sessions.engine.picking import PickFailed
 from sessions.engine.pictures import picture_size
 from sessions.engine.plan import RunPlan
@@ -40,6 +43,11 @@ from workflows.schema import credentials_used
 
 logger = logging.getLogger(__name__)
 S = ScratchSession.Status
+T = TypeVar("T")
+# This process's open connections to scratch sessions' browsers, by CDP address: each piece of
+# work of a session would otherwise connect anew (and make the browser restyle the page).
+_held_connections: dict[str, HeldConnection] = {}
+_held_lock = threading.Lock()
 NEVER_IRREVERSIBLE = "a scratch session never does an irreversible step"
 
 
@@ -106,7 +114,9 @@ def scratch_act(
 ) -> None:
     """Do one piece of work the author asked for (``scratch.scratch_ask``) and record what
     came of it (the body of its task)."""
-    session = ScratchSession.objects.select_related("workflow").get(pk=scratch_id)
+    session = (
+        ScratchSession.objects.select_related("workflow").defer("observation").get(pk=scratch_id)
+    )
     if session.status != S.BUSY or not session.sandbox:
         return
     sandbox = Sandbox.from_dict(session.sandbox)
@@ -195,32 +205,42 @@ def _rehearse(
         secrets_for = credentials_open(names, run_id=None, scratch_id=session.pk)
     plan = _plan(session, steps, inputs, secrets_for, files, sandbox, start, stop)
     sink = _Collected(session.expires_at.timestamp())
-    Runner(plan, sink).run(
-        sandbox.cdp_url,
-        artifacts_dir=sandbox.details.get("artifacts_dir"),
-        start_over=start == 0,
-    )
+    runner = Runner(plan, sink)
+    _held(sandbox, lambda browser: runner.run_with(browser, start_over=start == 0))
     return sink.records
+
+
+def _held(sandbox: Sandbox, work: Callable[[Browser], T]) -> T:
+    """Do ``work`` on this process's open connection to the sandbox's browser (opened now if
+    there is none, or if it closed: idle, or its browser gone)."""
+    with _held_lock:
+        for url in [u for u, held in _held_connections.items() if not held.open]:
+            del _held_connections[url]
+        held = _held_connections.get(sandbox.cdp_url)
+        if held is None:
+            held = _held_connections[sandbox.cdp_url] = HeldConnection(
+                sandbox.cdp_url,
+                artifacts_dir=sandbox.details.get("artifacts_dir"),
+                timeout_ms=connect_timeout_ms(float(sandbox.details.get("time_scale") or 1.0)),
+            )
+    try:
+        return held.run(work)
+    except ConnectionLost:
+        with _held_lock:
+            _held_connections.pop(sandbox.cdp_url, None)
+        return _held(sandbox, work)
 
 
 def _look(sandbox: Sandbox, files: Path) -> StepRecord:
     runner = Runner(_bare_plan(sandbox, files), _Collected(time.time() + 60))
-    return with_browser(
-        sandbox.cdp_url,
-        runner.look,
-        timeout_ms=connect_timeout_ms(float(sandbox.details.get("time_scale") or 1.0)),
-    )
+    return _held(sandbox, runner.look)
 
 
 def _pick(sandbox: Sandbox, element: dict[str, Any], files: Path) -> dict[str, Any]:
     runner = Runner(_bare_plan(sandbox, files), _Collected(time.time() + 60))
     clock = time.monotonic()
     try:
-        picked = with_browser(
-            sandbox.cdp_url,
-            lambda browser: runner.pick(browser, element),
-            timeout_ms=connect_timeout_ms(float(sandbox.details.get("time_scale") or 1.0)),
-        )
+        picked = _held(sandbox, lambda browser: runner.pick(browser, element))
     except PickFailed as exc:
         return {"element": element, "proposals": [], "error": str(exc)}
     proposals = picked.proposals
@@ -265,7 +285,10 @@ def _record(
     files = scratch_files_dir(scratch_id)
     files.mkdir(parents=True, exist_ok=True)
     with transaction.atomic():
-        session = ScratchSession.objects.select_for_update().get(pk=scratch_id)
+        # The page's observation (a megabyte on a 1,000-row table) is read and written only
+        # when this work saw the page anew.
+        found = ScratchSession.objects.select_for_update()
+        session = (found if records else found.defer("observation")).get(pk=scratch_id)
         if session.status != S.BUSY:
             return  # closed or expired meanwhile: what it did is gone with its browser
         session.seq += 1
@@ -319,7 +342,10 @@ def _record(
         session.status = S.READY
         session.doing = ""
         session.reason = note
-        session.save()
+        changed = ["seq", "results", "picked", "refused", "status", "doing", "reason"]
+        session.save(
+            update_fields=[*changed, "picture", "url", "observation"] if records else changed
+        )
         audit_record(
             action="scratch.done",
             object_type="scratch_session",

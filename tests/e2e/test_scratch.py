@@ -182,3 +182,23 @@ def test_a_draft_is_tried_up_to_the_payment_and_a_target_is_picked_on_the_page(
     page.goto(scratch_url)
     expect(page.get_by_role("heading", level=1)).to_have_text("Try it on a live page")
     expect(page.get_by_text("Closed")).to_be_visible()
+
+    # The draft, with the target picked on the page, publishes the normal way.
+    page.goto(f"{stack.url}/workflows/{SLUG}/")
+    page.get_by_label("What changed").fill("targets picked on the live page")
+    accept = page.get_by_label("Publish anyway: the warnings above are intended")
+    if accept.count():
+        accept.check()
+    page.get_by_role("button", name="Publish version 1").click()
+    expect(page.get_by_text("Published version 1")).to_be_visible()
+    # Its own file, imported again, changes nothing.
+    exported = page.request.get(f"{stack.url}/workflows/{SLUG}/versions/1/export.yaml")
+    assert exported.ok
+    assert "name: Submit payment" in exported.text()
+    page.goto(f"{stack.url}/workflows/import/")
+    page.get_by_label("File").set_input_files(
+        files={"name": f"{SLUG}.yaml", "mimeType": "application/yaml", "buffer": exported.body()}
+    )
+    page.get_by_role("button", name="Import").click()
+    expect(page.get_by_text("Nothing was imported: nothing changed")).to_be_visible()
+    expect(page.get_by_text("No unpublished changes")).to_be_visible()
