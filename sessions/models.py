@@ -388,8 +388,9 @@ class ScratchSession(models.Model):
     expires_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True)
-    # What it is doing now, in words ("running steps 1 to 3"), while busy.
+    # What it is doing now, in words ("running steps 1 to 3"), and since when, while busy.
     doing = models.CharField(max_length=200, blank=True)
+    busy_since = models.DateTimeField(null=True, blank=True)
     # Each step's last result here, by the step's id: status, sentence, error, picture.
     results = models.JSONField(default=dict, blank=True)
     # The page as last seen: its picture (a file of the session's directory), address and

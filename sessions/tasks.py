@@ -105,9 +105,9 @@ def runs_reap_task() -> None:
         logger.info("questions reminded before their timeout: %s", done["questions_reminded"])
     if done["questions_expired"]:
         logger.warning("questions nobody answered in time: %s", done["questions_expired"])
-    ended = scratch.scratch_expire_due()
-    if ended:
-        logger.info("scratch sessions whose time ran out: %s", ended)
+    scratch_rounds = scratch.scratch_housekeeping()
+    if any(scratch_rounds.values()):
+        logger.info("scratch sessions ended or freed: %s", scratch_rounds)
 
 
 @shared_task(name="scratch.start", ignore_result=True, acks_late=False)

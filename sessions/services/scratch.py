@@ -39,6 +39,9 @@ from workflows.schema import STEP_ADAPTER
 
 Action = Literal["run_to", "try", "look", "pick"]
 S = ScratchSession.Status
+# A browser not started after this long, or work not done after this long, was lost.
+START_LIMIT = timedelta(minutes=3)
+WORK_LIMIT = timedelta(minutes=5)
 
 
 class ScratchError(Exception):
@@ -162,7 +165,8 @@ def scratch_ask(
         }[action]
         session.status = S.BUSY
         session.doing = doing
-        session.save(update_fields=["status", "doing"])
+        session.busy_since = timezone.now()
+        session.save(update_fields=["status", "doing", "busy_since"])
         audit_record(
             action="scratch.asked",
             object_type="scratch_session",
@@ -391,8 +395,11 @@ def new_step_id(workflow: Workflow, kind: str, name: str, also_taken: Collection
     return found
 
 
-def scratch_close(*, scratch_id: int, user: User | None, reason: str = "") -> ScratchSession:
-    """End the session and destroy its browser. Idempotent."""
+def scratch_close(
+    *, scratch_id: int, user: User | None, reason: str = "", status: str = ""
+) -> ScratchSession:
+    """End the session and destroy its browser: closed by ``user``, or by the housekeeping
+    (expired, or ``status``). Idempotent."""
     with transaction.atomic():
         session = ScratchSession.objects.select_for_update().get(pk=scratch_id)
         if user is not None and session.started_by_id != user.pk:
@@ -400,10 +407,10 @@ def scratch_close(*, scratch_id: int, user: User | None, reason: str = "") -> Sc
         if not session.is_open:
             return session
         expired = user is None
-        status = S.EXPIRED if expired else S.CLOSED
+        status = status or (S.EXPIRED if expired else S.CLOSED)
         sandbox = _end(session, status, reason or ("its time ran out" if expired else "closed"))
         audit_record(
-            action="scratch.expired" if expired else "scratch.closed",
+            action=f"scratch.{status}",
             object_type="scratch_session",
             object_id=session.pk,
             actor=user,
@@ -415,16 +422,46 @@ def scratch_close(*, scratch_id: int, user: User | None, reason: str = "") -> Sc
     return session
 
 
-def scratch_expire_due() -> list[int]:
-    """End the scratch sessions whose time ran out (the reaper's job). Idempotent."""
-    due = ScratchSession.objects.filter(
-        status__in=ScratchSession.OPEN, expires_at__lte=timezone.now()
-    ).values_list("pk", flat=True)
-    ended = []
-    for scratch_id in list(due):
+def scratch_housekeeping() -> dict[str, list[int]]:
+    """The reaper's rounds: end the sessions whose time ran out, fail those whose browser did
+    not start in START_LIMIT, and free those whose work was not done in WORK_LIMIT (a worker
+    that stopped, a task that failed): each says so instead of waiting forever. Idempotent."""
+    now = timezone.now()
+    report: dict[str, list[int]] = {"expired": [], "not_started": [], "work_lost": []}
+    open_now = ScratchSession.objects.filter(status__in=ScratchSession.OPEN)
+    for scratch_id in list(open_now.filter(expires_at__lte=now).values_list("pk", flat=True)):
         scratch_close(scratch_id=scratch_id, user=None)
-        ended.append(scratch_id)
-    return ended
+        report["expired"].append(scratch_id)
+    stuck = open_now.filter(status=S.STARTING, created_at__lte=now - START_LIMIT)
+    for scratch_id in list(stuck.values_list("pk", flat=True)):
+        minutes = int(START_LIMIT.total_seconds() // 60)
+        scratch_close(
+            scratch_id=scratch_id, user=None, status=S.FAILED,
+            reason=f"the browser did not start within {minutes} minutes",
+        )  # fmt: skip
+        report["not_started"].append(scratch_id)
+    lost = open_now.filter(status=S.BUSY, busy_since__lte=now - WORK_LIMIT)
+    for scratch_id in list(lost.values_list("pk", flat=True)):
+        with transaction.atomic():
+            session = (
+                ScratchSession.objects.select_for_update().defer("observation").get(pk=scratch_id)
+            )
+            if session.status != S.BUSY or session.busy_since is None:
+                continue
+            if session.busy_since > now - WORK_LIMIT:
+                continue
+            session.reason = f"{session.doing} was not done: its worker stopped; ask again"
+            session.status, session.doing, session.busy_since = S.READY, "", None
+            session.seq += 1
+            session.save(update_fields=["reason", "status", "doing", "busy_since", "seq"])
+            audit_record(
+                action="scratch.work_lost",
+                object_type="scratch_session",
+                object_id=scratch_id,
+                after={"reason": session.reason},
+            )
+        report["work_lost"].append(scratch_id)
+    return report
 
 
 def open_count() -> int:
@@ -460,6 +497,9 @@ def _end(session: ScratchSession, status: str, reason: str) -> dict[str, Any] | 
     session.ended_at = timezone.now()
     session.sandbox = None
     session.doing = ""
+    session.busy_since = None
     session.seq += 1
-    session.save(update_fields=["status", "reason", "ended_at", "sandbox", "doing", "seq"])
+    session.save(
+        update_fields=["status", "reason", "ended_at", "sandbox", "doing", "busy_since", "seq"]
+    )
     return sandbox

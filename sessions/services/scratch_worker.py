@@ -341,8 +341,9 @@ def _record(
         session.refused = _refusals(session)
         session.status = S.READY
         session.doing = ""
+        session.busy_since = None
         session.reason = note
-        changed = ["seq", "results", "picked", "refused", "status", "doing", "reason"]
+        changed = ["seq", "results", "picked", "refused", "status", "doing", "busy_since", "reason"]
         session.save(
             update_fields=[*changed, "picture", "url", "observation"] if records else changed
         )

@@ -151,7 +151,7 @@ def test_an_expired_session_ends_and_its_browser_is_destroyed(
     session = scratch.scratch_open(workflow_id=workflow.pk, user=operator)
     ready(session, sandbox={"run_key": "scratch-x"}, expires_at=timezone.now())
 
-    assert scratch.scratch_expire_due() == [session.pk]
+    assert scratch.scratch_housekeeping()["expired"] == [session.pk]
 
     session.refresh_from_db()
     assert (session.status, session.sandbox) == (S.EXPIRED, None)
@@ -159,6 +159,35 @@ def test_an_expired_session_ends_and_its_browser_is_destroyed(
     assert AuditEvent.objects.filter(action="scratch.expired", object_id=str(session.pk)).exists()
     with pytest.raises(scratch.ScratchError, match="has ended"):
         scratch.scratch_ask(scratch_id=session.pk, user=operator, action="look")
+
+
+@pytest.mark.django_db
+def test_a_browser_that_never_started_and_work_never_done_are_said_so(
+    operator: User, workflow: Workflow, asked: list[dict[str, Any]], monkeypatch: Any
+) -> None:
+    patch_destroy_sandbox(monkeypatch, lambda sandbox: None)
+    late = scratch.scratch_open(workflow_id=workflow.pk, user=operator)
+    other = user_with_role(Role.OPERATORS, username="otto")
+    busy = scratch.scratch_open(workflow_id=workflow.pk, user=other)
+    ScratchSession.objects.filter(pk=late.pk).update(
+        created_at=timezone.now() - scratch.START_LIMIT - timedelta(seconds=1)
+    )
+    ready(busy)
+    scratch.scratch_ask(scratch_id=busy.pk, user=other, action="look")
+    ScratchSession.objects.filter(pk=busy.pk).update(
+        busy_since=timezone.now() - scratch.WORK_LIMIT - timedelta(seconds=1)
+    )
+
+    report = scratch.scratch_housekeeping()
+
+    assert (report["not_started"], report["work_lost"]) == ([late.pk], [busy.pk])
+    late.refresh_from_db()
+    busy.refresh_from_db()
+    assert (late.status, late.reason) == (S.FAILED, "the browser did not start within 3 minutes")
+    assert (busy.status, busy.reason) == (
+        S.READY, "looking at the page was not done: its worker stopped; ask again",
+    )  # fmt: skip
+    assert scratch.scratch_housekeeping() == {"expired": [], "not_started": [], "work_lost": []}
 
 
 @pytest.mark.django_db
