@@ -293,7 +293,9 @@ class Picking:
         by_role = Target(role=element["role"], name=element["name"], exact=True)
         SPENT.clear()
         clock = time.perf_counter()
-        proposals: list[Any] = self.held.run(lambda browser: runner.pick(browser, element))
+        proposals: list[Any] = self.held.run(
+            lambda browser: runner.pick(browser, element).proposals
+        )
         times["pick"].append((time.perf_counter() - clock) * 1000)
         self._spent("pick", PICK_PARTS, times)
         clock = time.perf_counter()

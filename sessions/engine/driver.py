@@ -196,8 +196,12 @@ class HeldConnection:
             raise ConnectionLost("the browser connection closed")
         return cast(T, result.result())
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = False) -> None:
+        """Disconnect once the work handed over is done; ``wait`` for the thread to be free."""
         self._work.put(None)
+        if wait:
+            with contextlib.suppress(Exception):
+                self._done.result(timeout=10)
 
     @property
     def open(self) -> bool:

@@ -213,9 +213,17 @@ def _rehearse(
 def _held(sandbox: Sandbox, work: Callable[[Browser], T]) -> T:
     """Do ``work`` on this process's open connection to the sandbox's browser (opened now if
     there is none, or if it closed: idle, or its browser gone)."""
+    live = {
+        str((record or {}).get("cdp_url"))
+        for record in ScratchSession.objects.filter(status__in=ScratchSession.OPEN).values_list(
+            "sandbox", flat=True
+        )
+    }
     with _held_lock:
-        for url in [u for u, held in _held_connections.items() if not held.open]:
-            del _held_connections[url]
+        # A connection holds a driver's thread: those of ended sessions give theirs back now
+        # (the next connection then finds a warm driver), not when they have been idle a while.
+        for url in [u for u, held in _held_connections.items() if not held.open or u not in live]:
+            _held_connections.pop(url).close(wait=True)
         held = _held_connections.get(sandbox.cdp_url)
         if held is None:
             held = _held_connections[sandbox.cdp_url] = HeldConnection(
