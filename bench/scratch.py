@@ -275,12 +275,12 @@ class Picking:
         from sessions.services.scratch import scratch_files_dir
 
         # The worker's own runner for a pick: an empty plan and its collecting sink.
-        from sessions.services.scratch_worker import _bare_plan, _Collected
+        from sessions.services.scratch_worker import _Collected, _plan
 
         self.session_id, self.user, self.profile = session.pk, user, profile
         self.sandbox = Sandbox.from_dict(session.sandbox)
-        plan = _bare_plan(self.sandbox, scratch_files_dir(session.pk))
-        self.runner = Runner(plan, _Collected(time.time() + 3600))
+        plan = _plan([], {}, {}, scratch_files_dir(session.pk), self.sandbox, time.time() + 3600)
+        self.runner = Runner(plan, _Collected(plan.deadline))
         self.held = Held(self.sandbox.cdp_url)
 
     def round(self, element: dict[str, Any], times: dict[str, list[float]]) -> list[Any]:

@@ -19,6 +19,7 @@ from pandaweb.assist import prompts
 from pandaweb.assist.models import ModelCall
 from pandaweb.assist.services import model_call_request
 from sessions.engine.steps.language import Target
+from sessions.engine.vocabulary import MASK
 from sessions.models import ScratchSession
 from sessions.services import scratch
 from workflows import selectors as workflow_selectors
@@ -101,6 +102,9 @@ def scratch_assist_drafted(session: ScratchSession, call: ModelCall) -> list[dic
             ),
         }
         if kind in ("fill", "select"):
+            if element.get("value") == MASK and not str(entry["value"]).startswith("{{ secrets."):
+                # A field whose content the page masks takes a secret: from a credential only.
+                continue
             step["value" if kind == "fill" else "option"] = entry["value"]
         try:
             validated = STEP_ADAPTER.validate_python(step)
@@ -116,31 +120,55 @@ def scratch_assist_add(*, scratch_id: int, user: User, call_id: int, after: str 
     step ``after``; returns their ids. Raises ScratchError or ``workflow_services.WorkflowError``
     in people's words."""
     session = scratch.scratch_get(scratch_id=scratch_id, user=user)
-    call = session.model_calls.filter(pk=call_id, requested_by=user).first()
-    drafted = scratch_assist_drafted(session, call) if call is not None else []
-    if call is None or not drafted:
-        raise scratch.ScratchError("those steps are gone: ask again on the page as it is now")
+    added: list[str] = []
+    with transaction.atomic():
+        # Locked: a second click waits, then finds the steps added already.
+        call = (
+            ModelCall.objects.select_for_update()
+            .filter(pk=call_id, scratch=session, requested_by=user)
+            .first()
+        )
+        if call is not None and call.status == ModelCall.Status.ADDED:
+            raise scratch.ScratchError("those steps are in the draft already")
+        drafted = scratch_assist_drafted(session, call) if call is not None else []
+        if call is None or not drafted:
+            raise scratch.ScratchError("those steps are gone: ask again on the page as it is now")
+        _add(session, user, call, drafted, after, added)
+        call.status = ModelCall.Status.ADDED
+        call.save(update_fields=["status"])
+    return added
+
+
+def _add(
+    session: ScratchSession,
+    user: User,
+    call: ModelCall,
+    drafted: list[dict[str, Any]],
+    after: str,
+    added: list[str],
+) -> None:
     note = (
         f"drafted by the model {call.model_name} toward '{call.description}' in scratch "
         f"session #{session.pk}, added by {user.get_username()}"
     )
-    added = []
-    with transaction.atomic():
-        for entry in drafted:
-            workflow_services.step_insert(
-                workflow_id=session.workflow_id,
-                user=user,
-                data=entry["step"],
-                after=after,
-                note=note[:500],
-            )
-            after = entry["step"]["id"]
-            added.append(after)
-    return added
+    for entry in drafted:
+        workflow_services.step_insert(
+            workflow_id=session.workflow_id,
+            user=user,
+            data=entry["step"],
+            after=after,
+            note=note[:500],
+        )
+        after = entry["step"]["id"]
+        added.append(after)
 
 
 def _same_page(session: ScratchSession, call: ModelCall) -> bool:
-    return bool(call.answer) and call.target_field == session.picture
+    return (
+        call.status == ModelCall.Status.ANSWERED
+        and bool(call.answer)
+        and call.target_field == session.picture
+    )
 
 
 def _element(session: ScratchSession, number: int) -> dict[str, Any] | None:

@@ -63,6 +63,7 @@ def scratch_ask(request: AuthenticatedRequest, scratch_id: int) -> HttpResponse:
                 action=action,  # type: ignore[arg-type]
                 step_id=request.POST.get("step_id", ""),
                 element=int(element) if element.isdigit() else None,
+                confirm=request.POST.get("confirm", ""),
             )
         except scratch.ScratchError as exc:
             errors.append(f"Nothing was asked: {exc}.")
@@ -225,10 +226,12 @@ def _context(session: ScratchSession, user: User) -> dict[str, Any]:
     rows = []
     targets: list[dict[str, Any]] = []
     page_proposals = scratch.scratch_page_proposals(session)
+    steps = scratch.scratch_steps(session.workflow)
+    final = scratch.final_sounding(session.workflow, steps)
     picked_name = " ".join(
         str(((session.picked or {}).get("element") or {}).get("name") or "").split()
     ).casefold()
-    for data in scratch.scratch_steps(session.workflow):
+    for data in steps:
         try:
             step = STEP_ADAPTER.validate_python(data)
         except ValueError:
@@ -242,6 +245,7 @@ def _context(session: ScratchSession, user: User) -> dict[str, Any]:
                 "sentence": describe_step(step),
                 "irreversible": step.irreversible,
                 "asks": step.type == "ask",
+                "final": step.id in final,
                 "result": session.results.get(step.id),
                 "page_proposals": [p for p in page_proposals if p.step_id == step.id],
             }

@@ -127,12 +127,14 @@ def scratch_act_task(
     steps: list[dict[str, Any]],
     inputs: dict[str, Any],
     element: dict[str, Any] | None,
+    skip: dict[str, str],
+    work: str,
 ) -> None:
     from sessions.services import scratch_worker
 
     scratch_worker.scratch_act(
         scratch_id=scratch_id, action=action, index=index, steps=steps, inputs=inputs,
-        element=element,
+        element=element, skip=skip, work=work,
     )  # fmt: skip
 
 

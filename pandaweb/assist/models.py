@@ -22,12 +22,15 @@ class ModelCall(models.Model):
         PENDING = "pending", "Asking"
         ANSWERED = "answered", "Answered"
         FAILED = "failed", "Failed"
+        # Drafted steps a person added to the draft: not added twice.
+        ADDED = "added", "Added to the draft"
 
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )
-    # What the question is about: a run's step (its index, and which of its targets), or a
-    # scratch session's page.
+    # What the question is about: a run's step (its index, and which of its targets: the
+    # ``target_field``), or a scratch session's page (``target_field`` is then the picture of
+    # the page asked about: the answer is read against that page only).
     run = models.ForeignKey(
         Run, on_delete=models.CASCADE, related_name="model_calls", null=True, blank=True
     )

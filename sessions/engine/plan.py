@@ -70,6 +70,8 @@ class RunPlan:
     # every irreversible step and every question to a person recorded as skipped, never done.
     rehearsal: bool = False
     stop_index: int | None = None
+    # In a rehearsal, more steps to record as skipped: step id → why, in words.
+    skip: dict[str, str] = field(default_factory=dict)
 
 
 Status = Literal[

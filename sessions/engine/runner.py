@@ -136,15 +136,10 @@ class Runner:
 
     # The loop ------------------------------------------------------------------------------
 
-    def run(
-        self, cdp_url: str, *, artifacts_dir: str | None = None, start_over: bool = False
-    ) -> RunOutcome:
-        """Run the plan on the browser at ``cdp_url``; ``start_over`` first forgets what the
-        browser holds (its cookies, its other tabs, the page), as a scratch session's "run up to
-        here" does."""
+    def run(self, cdp_url: str, *, artifacts_dir: str | None = None) -> RunOutcome:
         return with_browser(
             cdp_url,
-            lambda browser: self._run(started_over(browser) if start_over else browser),
+            self._run,
             artifacts_dir=artifacts_dir,
             timeout_ms=connect_timeout_ms(self.plan.time_scale),
         )
@@ -255,7 +250,9 @@ class Runner:
         for index in range(self.plan.start_index, end):
             step = STEP_ADAPTER.validate_python(self.plan.steps[index])
             assert isinstance(step, StepBase)
-            if self.plan.rehearsal and (step.irreversible or isinstance(step, AskStep)):
+            if self.plan.rehearsal and (
+                step.irreversible or isinstance(step, AskStep) or step.id in self.plan.skip
+            ):
                 self.sink.step_finished(self._skipped(index, step))
                 continue
             stop = self.sink.stop_reason()
@@ -347,7 +344,11 @@ class Runner:
         return self._outcome("succeeded", "", end, executed)
 
     def _skipped(self, index: int, step: StepBase) -> StepRecord:
-        why = "it is irreversible" if step.irreversible else "it asks a person"
+        why = (
+            "it is irreversible"
+            if step.irreversible
+            else self.plan.skip.get(step.id) or "it asks a person"
+        )
         return StepRecord(
             index=index,
             step_id=step.id,

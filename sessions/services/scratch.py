@@ -35,7 +35,7 @@ from sessions.services.runstate import destroy_sandbox, host_queue
 from workflows import selectors as workflow_selectors
 from workflows import services as workflow_services
 from workflows.models import Workflow, WorkflowVersion
-from workflows.schema import STEP_ADAPTER
+from workflows.schema import STEP_ADAPTER, irreversible_warnings
 
 Action = Literal["run_to", "try", "look", "pick"]
 S = ScratchSession.Status
@@ -87,10 +87,11 @@ def scratch_open(*, workflow_id: int, user: User) -> ScratchSession:
     Raises ScratchError when every scratch session the installation allows is in use."""
     with transaction.atomic():
         workflow = Workflow.objects.select_for_update().get(pk=workflow_id)
+        now = timezone.now()
         mine = ScratchSession.objects.filter(
             workflow=workflow, started_by=user, status__in=ScratchSession.OPEN
         ).first()
-        if mine is not None:
+        if mine is not None and mine.expires_at > now:
             return mine
         if workflow.archived:
             raise ScratchError("this workflow is archived")
@@ -98,7 +99,8 @@ def scratch_open(*, workflow_id: int, user: User) -> ScratchSession:
             raise ScratchError(
                 "the workflow allows no host yet: add its portal to the allowed hosts first"
             )
-        open_now = ScratchSession.objects.filter(status__in=ScratchSession.OPEN)
+        # Expired ones count no more: the housekeeping destroys them within its round.
+        open_now = ScratchSession.objects.filter(status__in=ScratchSession.OPEN, expires_at__gt=now)
         if open_now.count() >= settings.SCRATCH_SESSIONS_MAX:
             first = open_now.order_by("expires_at").first()
             until = timezone.localtime(first.expires_at).strftime("%H:%M") if first else "soon"
@@ -110,7 +112,7 @@ def scratch_open(*, workflow_id: int, user: User) -> ScratchSession:
             workflow=workflow,
             started_by=user,
             backend=settings.SANDBOX_BACKEND,
-            expires_at=timezone.now() + timedelta(minutes=settings.SCRATCH_SESSION_MINUTES),
+            expires_at=now + timedelta(minutes=settings.SCRATCH_SESSION_MINUTES),
         )
         audit_record(
             action="scratch.opened",
@@ -141,11 +143,17 @@ def scratch_ask(
     action: Action,
     step_id: str = "",
     element: int | None = None,
+    confirm: str = "",
 ) -> ScratchSession:
     """Queue one piece of work: ``run_to`` (the steps from the first up to ``step_id``, on a
     fresh page), ``try`` (only ``step_id``, on the page as it is), ``look`` (a new picture of
     the page), ``pick`` (targets for ``element`` of the last picture's observation). One at a
-    time: asking while it works is refused in words (a double click queues nothing)."""
+    time: asking while it works is refused in words (a double click queues nothing).
+
+    Irreversible steps and questions are never done, and neither is a step that reads like a
+    final action without being marked irreversible (``final_sounding``), unless it is the one
+    step tried and ``confirm`` is its id: the author clicks it for real, on the record."""
+    _end_if_changed(scratch_id, user)
     with transaction.atomic():
         session = _lock(scratch_id, user)
         _refuse_unless_ready(session)
@@ -163,6 +171,10 @@ def scratch_ask(
             "look": "looking at the page",
             "pick": f"finding targets for element [{element}]",
         }[action]
+        skip = final_sounding(session.workflow, steps)
+        confirmed = action == "try" and step_id in skip and confirm.strip() == step_id
+        if confirmed:
+            del skip[step_id]
         session.status = S.BUSY
         session.doing = doing
         session.busy_since = timezone.now()
@@ -172,8 +184,11 @@ def scratch_ask(
             object_type="scratch_session",
             object_id=session.pk,
             actor=user,
-            after={"action": action, "step": step_id, "element": element, "doing": doing},
-        )
+            after={
+                "action": action, "step": step_id, "element": element, "doing": doing,
+                **({"clicked_although_final_sounding": step_id} if confirmed else {}),
+            },
+        )  # fmt: skip
         host = str((session.sandbox or {}).get("host") or "")
         dispatch(
             task_named("scratch.act"),
@@ -185,8 +200,49 @@ def scratch_ask(
             steps=steps,
             inputs=scratch_inputs(session.workflow),
             element=picked,
+            skip=skip,
+            # Only this piece of work may record its results (a lost one freed meanwhile may not).
+            work=session.busy_since.isoformat(),
         )
     return session
+
+
+def final_sounding(workflow: Workflow, steps: list[dict[str, Any]]) -> dict[str, str]:
+    """The steps not marked irreversible whose target reads like a final action ("Pay",
+    "Delete"), and that were not seen to only open a dialog: step id → why a scratch session
+    does not do them unasked (what publishing warns about, too)."""
+    models = []
+    for data in steps:
+        try:
+            models.append(STEP_ADAPTER.validate_python(data))
+        except ValueError:
+            continue
+    learned = (workflow.page_facts or {}).get("opens_dialog")
+    return {
+        models[int(problem.path[1])].id: (
+            "it reads like a final action and is not marked irreversible: try it alone and "
+            "type its id to click it for real"
+        )
+        for problem in irreversible_warnings(models, learned)
+    }
+
+
+def _end_if_changed(scratch_id: int, user: User) -> None:
+    """End a session whose workflow was archived, or whose allowed hosts changed, since it
+    opened (its browser's proxy still has the old allowlist); raises ScratchError saying so."""
+    session = (
+        ScratchSession.objects.select_related("workflow")
+        .defer("observation")
+        .get(pk=scratch_id, started_by=user)
+    )
+    workflow = session.workflow
+    opened_with = sorted((session.sandbox or {}).get("allowed_hosts") or [])
+    if not session.is_open or not session.sandbox or session.status == S.STARTING:
+        return
+    if workflow.archived or opened_with != sorted(workflow.allowed_hosts):
+        why = "the workflow was archived" if workflow.archived else "its allowed hosts changed"
+        scratch_close(scratch_id=scratch_id, user=None, status=S.CLOSED, reason=why)
+        raise ScratchError(f"{why} since this session opened: open a new one")
 
 
 def _element(session: ScratchSession, number: int | None) -> dict[str, Any]:
@@ -361,7 +417,10 @@ def scratch_record(
         else:
             written = value
         step["value" if kind == "fill" else "option"] = written
+    # One transaction with the session locked and busy from the start: a second click waits
+    # for the first and is then refused (the browser is busy), instead of recording twice.
     with transaction.atomic():
+        _refuse_unless_ready(_lock(scratch_id, user))
         if parameter is not None:
             workflow_services.parameter_save(
                 workflow_id=session.workflow_id, user=user, data=parameter
@@ -373,13 +432,10 @@ def scratch_record(
             after=after,
             note=f"recorded in scratch session #{session.pk}",
         )
-    if step.get("irreversible"):
-        return step["id"], "irreversible: a scratch session never does it"
-    try:
-        scratch_ask(scratch_id=scratch_id, user=user, action="try", step_id=step["id"])
-    except ScratchError as exc:
-        return step["id"], str(exc)
-    return step["id"], ""
+        if step.get("irreversible"):
+            return step["id"], "irreversible: a scratch session never does it"
+        asked = scratch_ask(scratch_id=scratch_id, user=user, action="try", step_id=step["id"])
+    return step["id"], "" if asked.status == S.BUSY else asked.reason
 
 
 def new_step_id(workflow: Workflow, kind: str, name: str, also_taken: Collection[str] = ()) -> str:
@@ -462,10 +518,6 @@ def scratch_housekeeping() -> dict[str, list[int]]:
             )
         report["work_lost"].append(scratch_id)
     return report
-
-
-def open_count() -> int:
-    return ScratchSession.objects.filter(status__in=ScratchSession.OPEN).count()
 
 
 def _lock(scratch_id: int, user: User) -> ScratchSession:

@@ -12,13 +12,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import transaction
 from django.utils import timezone
-from playwright.sync_api import Browser
 
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
@@ -37,18 +37,23 @@ from sessions.services.credentials import credentials_open
 from sessions.services.egress import egress_dir, egress_start
 from sessions.services.runstate import destroy_sandbox, installation_tag
 from sessions.services.sandboxes import sandbox_backend
-from sessions.services.scratch import scratch_files_dir
+from sessions.services.scratch import WORK_LIMIT, scratch_files_dir, scratch_steps
 from workflows import services as workflow_services
 from workflows.schema import credentials_used
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 logger = logging.getLogger(__name__)
 S = ScratchSession.Status
 T = TypeVar("T")
-# This process's open connections to scratch sessions' browsers, by CDP address: each piece of
-# work of a session would otherwise connect anew (and make the browser restyle the page).
+# This process's open connections to scratch sessions' browsers, by sandbox (run key): each
+# piece of work of a session would otherwise connect anew (and make the browser restyle the page).
 _held_connections: dict[str, HeldConnection] = {}
 _held_lock = threading.Lock()
 NEVER_IRREVERSIBLE = "a scratch session never does an irreversible step"
+# Work stops this long before the housekeeping would take it for lost.
+WORK_MARGIN = timedelta(seconds=15)
 
 
 def scratch_start(*, scratch_id: int) -> None:
@@ -81,7 +86,10 @@ def scratch_start(*, scratch_id: int) -> None:
         destroy_sandbox(pending)
         _failed(scratch_id, f"the browser did not start: {exc}")
         return
-    record = {**sandbox.to_dict(), "egress_dir": str(proxy.directory)}
+    record = {
+        **sandbox.to_dict(), "egress_dir": str(proxy.directory),
+        "allowed_hosts": list(session.workflow.allowed_hosts),
+    }  # fmt: skip
     with transaction.atomic():
         session = ScratchSession.objects.select_for_update().get(pk=scratch_id)
         if session.status != S.STARTING:
@@ -111,16 +119,30 @@ def scratch_act(
     steps: list[dict[str, Any]],
     inputs: dict[str, Any],
     element: dict[str, Any] | None,
+    skip: dict[str, str],
+    work: str,
 ) -> None:
-    """Do one piece of work the author asked for (``scratch.scratch_ask``) and record what
-    came of it (the body of its task)."""
+    """Do one piece of work the author asked for (``scratch.scratch_ask``; ``work`` names it)
+    and record what came of it (the body of its task)."""
     session = (
         ScratchSession.objects.select_related("workflow").defer("observation").get(pk=scratch_id)
     )
-    if session.status != S.BUSY or not session.sandbox:
+    if not _still_asked(session, work) or not session.sandbox:
         return
+    assert session.busy_since is not None
     sandbox = Sandbox.from_dict(session.sandbox)
     files = scratch_files_dir(scratch_id)
+    # Done before the housekeeping would take it for lost, and before the session ends.
+    deadline = min(session.expires_at, session.busy_since + WORK_LIMIT - WORK_MARGIN).timestamp()
+    # Masks every picture and observation with the values of every credential the draft
+    # types: an earlier step may have typed one into a field that is not a password field.
+    secrets_for = _secrets(session, steps)
+    # A step marked irreversible since the work was asked is not done either.
+    marked_since = {
+        str(step.get("id")): "it is marked irreversible now"
+        for step in scratch_steps(session.workflow)
+        if step.get("irreversible")
+    }
     records: list[StepRecord] = []
     picked: dict[str, Any] | None = None
     note = ""
@@ -128,40 +150,60 @@ def scratch_act(
         if action in ("run_to", "try"):
             assert index is not None
             start, stop = (0, index + 1) if action == "run_to" else (index, index + 1)
-            records = _rehearse(session, sandbox, steps, inputs, start, stop, files)
+            plan = replace(
+                _plan(steps, inputs, secrets_for, files, sandbox, deadline),
+                start_index=start, stop_index=stop, rehearsal=True,
+                skip={**skip, **marked_since},
+            )  # fmt: skip
+            records = _rehearse(plan, sandbox, start_over=start == 0)
             if not records or not records[-1].screenshot:
-                records.append(_look(sandbox, files))
+                records.append(_look(sandbox, _plan([], {}, secrets_for, files, sandbox, deadline)))
         elif action == "look":
-            records = [_look(sandbox, files)]
+            records = [_look(sandbox, _plan([], {}, secrets_for, files, sandbox, deadline))]
         else:
             assert element is not None
-            picked = _pick(sandbox, element, files)
+            plan = _plan([], {}, secrets_for, files, sandbox, deadline)
+            picked = _pick(sandbox, element, plan)
     except Exception as exc:  # the browser died, or Playwright lost it
         logger.exception("scratch session %s: %s failed", scratch_id, action)
         note = f"the browser did not answer: {str(exc).splitlines()[0][:300]}"
-    _record(scratch_id, records, picked, note, steps)
+    _record(scratch_id, records, picked, note, steps, work)
+
+
+def _still_asked(session: ScratchSession, work: str) -> bool:
+    """Whether ``work`` is the piece of work the session waits for (not one the housekeeping
+    took for lost, whose session moved on)."""
+    return (
+        session.status == S.BUSY
+        and session.busy_since is not None
+        and session.busy_since.isoformat() == work
+    )
+
+
+def _secrets(session: ScratchSession, steps: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    allowed = {str(name) for name in session.workflow.credentials.values_list("name", flat=True)}
+    names = sorted(allowed & credentials_used(steps))
+    if not names:
+        return {}
+    with transaction.atomic():
+        return credentials_open(names, run_id=None, scratch_id=session.pk)
 
 
 def _plan(
-    session: ScratchSession,
     steps: list[dict[str, Any]],
     inputs: dict[str, Any],
     secrets_for: dict[str, dict[str, str]],
     files: Path,
     sandbox: Sandbox,
-    start: int = 0,
-    stop: int | None = None,
+    deadline: float,
 ) -> RunPlan:
     return RunPlan(
         steps=steps,
         inputs=inputs,
         secrets=secrets_for,
         step_budget=len(steps) + 1,
-        deadline=session.expires_at.timestamp(),
+        deadline=deadline,
         artifacts_dir=files / "artifacts",
-        start_index=start,
-        stop_index=stop,
-        rehearsal=True,
         time_scale=float(sandbox.details.get("time_scale") or 1.0),
     )
 
@@ -190,31 +232,18 @@ class _Collected:
         return "the scratch session's time ran out" if time.time() >= self.expires_at else None
 
 
-def _rehearse(
-    session: ScratchSession,
-    sandbox: Sandbox,
-    steps: list[dict[str, Any]],
-    inputs: dict[str, Any],
-    start: int,
-    stop: int,
-    files: Path,
-) -> list[StepRecord]:
-    allowed = {str(name) for name in session.workflow.credentials.values_list("name", flat=True)}
-    names = sorted(allowed & credentials_used(steps[start:stop]))
-    with transaction.atomic():
-        secrets_for = credentials_open(names, run_id=None, scratch_id=session.pk)
-    plan = _plan(session, steps, inputs, secrets_for, files, sandbox, start, stop)
-    sink = _Collected(session.expires_at.timestamp())
+def _rehearse(plan: RunPlan, sandbox: Sandbox, *, start_over: bool) -> list[StepRecord]:
+    sink = _Collected(plan.deadline)
     runner = Runner(plan, sink)
-    _held(sandbox, lambda browser: runner.run_with(browser, start_over=start == 0))
+    _held(sandbox, lambda browser: runner.run_with(browser, start_over=start_over))
     return sink.records
 
 
-def _held(sandbox: Sandbox, work: Callable[[Browser], T]) -> T:
+def _held(sandbox: Sandbox, work: Callable[[Browser], T], *, again: bool = True) -> T:
     """Do ``work`` on this process's open connection to the sandbox's browser (opened now if
-    there is none, or if it closed: idle, or its browser gone)."""
+    there is none, or if it closed: idle, or its browser gone; once)."""
     live = {
-        str((record or {}).get("cdp_url"))
+        str((record or {}).get("run_key"))
         for record in ScratchSession.objects.filter(status__in=ScratchSession.OPEN).values_list(
             "sandbox", flat=True
         )
@@ -222,30 +251,38 @@ def _held(sandbox: Sandbox, work: Callable[[Browser], T]) -> T:
     with _held_lock:
         # A connection holds a driver's thread: those of ended sessions give theirs back now
         # (the next connection then finds a warm driver), not when they have been idle a while.
-        for url in [u for u, held in _held_connections.items() if not held.open or u not in live]:
-            _held_connections.pop(url).close(wait=True)
-        held = _held_connections.get(sandbox.cdp_url)
+        ended = [
+            _held_connections.pop(key)
+            for key in [
+                k for k, held in _held_connections.items() if not held.open or k not in live
+            ]
+        ]
+        held = _held_connections.get(sandbox.run_key)
         if held is None:
-            held = _held_connections[sandbox.cdp_url] = HeldConnection(
+            held = _held_connections[sandbox.run_key] = HeldConnection(
                 sandbox.cdp_url,
                 artifacts_dir=sandbox.details.get("artifacts_dir"),
                 timeout_ms=connect_timeout_ms(float(sandbox.details.get("time_scale") or 1.0)),
             )
+    for connection in ended:
+        connection.close(wait=True)
     try:
         return held.run(work)
     except ConnectionLost:
         with _held_lock:
-            _held_connections.pop(sandbox.cdp_url, None)
-        return _held(sandbox, work)
+            if _held_connections.get(sandbox.run_key) is held:
+                del _held_connections[sandbox.run_key]
+        if not again:
+            raise
+        return _held(sandbox, work, again=False)
 
 
-def _look(sandbox: Sandbox, files: Path) -> StepRecord:
-    runner = Runner(_bare_plan(sandbox, files), _Collected(time.time() + 60))
-    return _held(sandbox, runner.look)
+def _look(sandbox: Sandbox, plan: RunPlan) -> StepRecord:
+    return _held(sandbox, Runner(plan, _Collected(plan.deadline)).look)
 
 
-def _pick(sandbox: Sandbox, element: dict[str, Any], files: Path) -> dict[str, Any]:
-    runner = Runner(_bare_plan(sandbox, files), _Collected(time.time() + 60))
+def _pick(sandbox: Sandbox, element: dict[str, Any], plan: RunPlan) -> dict[str, Any]:
+    runner = Runner(plan, _Collected(plan.deadline))
     clock = time.monotonic()
     try:
         picked = _held(sandbox, lambda browser: runner.pick(browser, element))
@@ -271,34 +308,24 @@ def _pick(sandbox: Sandbox, element: dict[str, Any], files: Path) -> dict[str, A
     }
 
 
-def _bare_plan(sandbox: Sandbox, files: Path) -> RunPlan:
-    return RunPlan(
-        steps=[],
-        inputs={},
-        secrets={},
-        step_budget=0,
-        deadline=time.time() + 60,
-        artifacts_dir=files / "artifacts",
-        time_scale=float(sandbox.details.get("time_scale") or 1.0),
-    )
-
-
 def _record(
     scratch_id: int,
     records: list[StepRecord],
     picked: dict[str, Any] | None,
     note: str,
     steps: list[dict[str, Any]],
+    work: str,
 ) -> None:
-    files = scratch_files_dir(scratch_id)
-    files.mkdir(parents=True, exist_ok=True)
     with transaction.atomic():
         # The page's observation (a megabyte on a 1,000-row table) is read and written only
         # when this work saw the page anew.
         found = ScratchSession.objects.select_for_update()
         session = (found if records else found.defer("observation")).get(pk=scratch_id)
-        if session.status != S.BUSY:
-            return  # closed or expired meanwhile: what it did is gone with its browser
+        if not _still_asked(session, work):
+            # Closed, expired or taken for lost meanwhile: what it did is not the session's.
+            return
+        files = scratch_files_dir(scratch_id)
+        files.mkdir(parents=True, exist_ok=True)
         session.seq += 1
         results = dict(session.results)
         steps_by_id = {str(step.get("id")): step for step in steps}
@@ -308,16 +335,18 @@ def _record(
         if done:
             # The step that acts next on the page: the one that failed on it, or the next.
             upcoming = done[-1].index + (0 if done[-1].status == "failed" else 1)
-        before = _dialogs(session.observation)
+        before, where = _dialogs(session.observation), session.url
         for record in records:
             recording.finish(record)
             after = _dialogs(record.observation) if record.screenshot else before
-            if record.step_type == "click" and record.status == "succeeded":
+            # Only a click that stayed on its page and showed a dialog it had not: one that
+            # went on to another page (which may greet with a dialog of its own) did more.
+            if record.step_type == "click" and record.status == "succeeded" and record.url == where:
                 opened = after - before
                 if opened:
                     _learn_dialog(session, steps_by_id.get(record.step_id), sorted(opened)[0])
                     results_note[record.step_id] = f"it opened the dialog '{sorted(opened)[0]}'"
-            before = after
+            before, where = after, record.url or where
             picture = ""
             if record.screenshot:
                 picture = f"{session.seq}-{record.index + 1}.jpg"
@@ -384,6 +413,7 @@ def _learn_dialog(session: ScratchSession, step: dict[str, Any] | None, dialog: 
     target = Target.model_validate(step["target"]).model_dump(exclude_defaults=True)
     workflow_services.workflow_learn_dialog(
         workflow_id=session.workflow_id,
+        user=session.started_by,
         step_id=str(step["id"]),
         target=target,
         dialog=dialog,

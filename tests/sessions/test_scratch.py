@@ -118,7 +118,7 @@ def test_work_is_asked_one_piece_at_a_time_by_its_owner_only(
     session = scratch.scratch_open(workflow_id=workflow.pk, user=operator)
     with pytest.raises(scratch.ScratchError, match="still starting"):
         scratch.scratch_ask(scratch_id=session.pk, user=operator, action="look")
-    ready(session, sandbox={"host": "worker-7"})
+    ready(session, sandbox={"host": "worker-7", "allowed_hosts": ["127.0.0.1:8001"]})
 
     scratch.scratch_ask(scratch_id=session.pk, user=operator, action="run_to", step_id="sign-in")
 
@@ -140,6 +140,24 @@ def test_work_is_asked_one_piece_at_a_time_by_its_owner_only(
         scratch.scratch_ask(scratch_id=session.pk, user=operator, action="try", step_id="gone")
     with pytest.raises(scratch.ScratchError, match="no element \\[3\\]"):
         scratch.scratch_ask(scratch_id=session.pk, user=operator, action="pick", element=3)
+
+
+@pytest.mark.django_db
+def test_a_session_ends_when_its_workflows_allowed_hosts_change(
+    operator: User, workflow: Workflow, asked: list[dict[str, Any]], monkeypatch: Any
+) -> None:
+    destroyed: list[dict[str, Any]] = []
+    patch_destroy_sandbox(monkeypatch, destroyed.append)
+    session = scratch.scratch_open(workflow_id=workflow.pk, user=operator)
+    sandbox = {"run_key": "scratch-x", "allowed_hosts": ["127.0.0.1:8001"]}
+    ready(session, sandbox=sandbox)
+    Workflow.objects.filter(pk=workflow.pk).update(allowed_hosts=["127.0.0.1:8002"])
+
+    with pytest.raises(scratch.ScratchError, match="allowed hosts changed"):
+        scratch.scratch_ask(scratch_id=session.pk, user=operator, action="look")
+
+    session.refresh_from_db()
+    assert (session.status, destroyed) == (S.CLOSED, [sandbox])
 
 
 @pytest.mark.django_db
@@ -327,12 +345,23 @@ def test_a_real_session_skips_the_irreversible_step_picks_on_the_page_and_keeps_
         ).warnings
 
     assert any("delete-draft" in w or "'Delete'" in w for w in warnings())
+    # Not marked irreversible, yet it reads final: not done unless tried alone, confirmed.
     do("run_to", step_id="delete-draft")
+    assert session.results["delete-draft"]["status"] == "skipped"
+    assert "reads like a final action" in session.results["delete-draft"]["error"]
+    do("try", step_id="delete-draft", confirm="delete-draft")
     assert session.results["delete-draft"]["learned"] == (
         "it opened the dialog 'Delete draft order PO-2026-0611?'"
     )
     assert warnings() == []
-    assert AuditEvent.objects.filter(action="workflow.page_learned").count() == 1
+    learned = AuditEvent.objects.get(action="workflow.page_learned")
+    assert learned.actor_id == operator.pk
+    tried = AuditEvent.objects.filter(action="scratch.asked").last()
+    assert tried is not None
+    assert (tried.after or {})["clicked_although_final_sounding"] == "delete-draft"
+    # Learned, it is done in a run up to it like any other step.
+    do("run_to", step_id="delete-draft")
+    assert session.results["delete-draft"]["status"] == "succeeded"
 
     scratch.scratch_close(scratch_id=session.pk, user=operator)
     assert not processes_with(key)

@@ -14,12 +14,14 @@ import yaml
 from celery import Task
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.utils import timezone
 from pytest_django.fixtures import Settings
 
 from pandaweb.assist import services as assist_services
 from pandaweb.assist.models import ModelCall
 from pandaweb.audit.models import AuditEvent
 from sessions import scratch_assist
+from sessions.engine.vocabulary import MASK
 from sessions.models import ScratchSession
 from sessions.services import scratch
 from tests.patching import patch_dispatch
@@ -33,7 +35,7 @@ ECHOED = "INV-7731-canary"
 PAGE = [
     {"number": 1, "role": "heading", "name": "Sign in", "interactive": False},
     {"number": 2, "role": "textbox", "name": "Username", "interactive": True, "value": "typed"},
-    {"number": 3, "role": "textbox", "name": "Password", "interactive": True, "value": "•••"},
+    {"number": 3, "role": "textbox", "name": "Password", "interactive": True, "value": MASK},
     {"number": 4, "role": "button", "name": "Sign in", "interactive": True},
     {"number": 5, "role": "link", "name": f"Invoice {ECHOED}", "interactive": True},
 ]
@@ -136,8 +138,26 @@ def test_drafted_steps_join_the_draft_when_added_and_the_prompt_holds_no_value(
     note = AuditEvent.objects.filter(action="workflow.step_added").last()
     assert note is not None
     assert "drafted by the model fake-drafter" in str(note.extra)
+    with pytest.raises(scratch.ScratchError, match="in the draft already"):
+        scratch_assist.scratch_assist_add(
+            scratch_id=session.pk, user=operator, call_id=call.pk, after="open-login"
+        )
     prompt = model.requests[-1]["messages"][-1]["content"]
     assert ECHOED not in prompt
     assert "{{ params.invoice }}" in prompt
     for value in ("typed", "acme-demo", "portal-demo-2026"):
         assert value not in prompt
+
+
+@pytest.mark.django_db
+def test_a_masked_field_is_never_drafted_with_words_of_the_models(
+    operator: User, session: ScratchSession
+) -> None:
+    answer = '{"steps": [{"do": "fill", "element": 3, "value": {"text": "hunter2"}}]}'
+    call = ModelCall.objects.create(
+        requested_by=operator, scratch=session, target_field=session.picture,
+        purpose=ModelCall.Purpose.DRAFT, prompt="Goal: log in", offered=[2, 3, 4, 5],
+        status=ModelCall.Status.ANSWERED, answer=answer, answered_at=timezone.now(),
+    )  # fmt: skip
+
+    assert scratch_assist.scratch_assist_drafted(session, call) == []

@@ -130,7 +130,13 @@ def step_insert(
 
 @transaction.atomic
 def workflow_learn_dialog(
-    *, workflow_id: int, step_id: str, target: dict[str, Any], dialog: str, seen: str
+    *,
+    workflow_id: int,
+    user: User,
+    step_id: str,
+    target: dict[str, Any],
+    dialog: str,
+    seen: str,
 ) -> None:
     """Record that step ``step_id``, clicking ``target``, only opened the dialog ``dialog`` on
     the live page (``seen`` says where): its final-sounding words are no warning at publish
@@ -150,6 +156,8 @@ def workflow_learn_dialog(
         action="workflow.page_learned",
         object_type="workflow",
         object_id=workflow.pk,
+        # The person whose try on the live page showed it.
+        actor=user,
         after={"step": step_id, "opens_dialog": fact},
     )
 
