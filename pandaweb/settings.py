@@ -20,6 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 from pandaweb.localfiles import CREDENTIAL_KEYS_FILE, SECRET_KEY_FILE, VAPID_KEY_FILE
 from sessions.engine.config import (
     ACCELERATORS,
+    BEGIN_FRAME_MODES,
     MICROVM_MIN_MEMORY_MIB,
     NAMESPACE_MODES,
     EngineConfig,
@@ -98,6 +99,7 @@ def engine_config() -> EngineConfig:
         local_namespaces=env_choice(
             "PANDAWEB_LOCAL_NAMESPACES", default.local_namespaces, NAMESPACE_MODES
         ),
+        begin_frame=env_choice("PANDAWEB_BEGIN_FRAME", default.begin_frame, BEGIN_FRAME_MODES),
         microvm_image_dir=env_absolute_path(
             "PANDAWEB_MICROVM_IMAGE_DIR", default.microvm_image_dir
         ),

@@ -11,6 +11,7 @@ from playwright.sync_api import Locator, Page
 
 from sessions.engine import observation as observing
 from sessions.engine import wording
+from sessions.engine.frames import FramesError
 from sessions.engine.steps.base import StepFailed, StepRecord
 
 if TYPE_CHECKING:
@@ -56,40 +57,59 @@ def capture(runner: Runner, record: StepRecord, *, touched_page: bool, watch: bo
             record.pending = last.taken
             record.screenshot = last.screenshot
             return
-        taken = observing.take(page, secret_values=runner.secret_values, watch=watcher)
-        record.url = page.url
-        record.title = taken.shown_title
-        record.pending = taken
-        if not touched_page and last is not None and last.taken.key == taken.key:
-            # Same URL, controls, texts and layout as the last picture (a page whose
-            # changes the watch cannot see, such as one with iframes): reuse the picture.
-            record.screenshot = last.screenshot
-        elif taken.masks:
-            record.screenshot = watcher.masked_screenshot(
-                taken.mask_paths, quality=SCREENSHOT_QUALITY
-            ) or page.screenshot(
-                # Fields in frames, or fields that moved while the picture was taken: the
-                # browser paints the masks itself.
-                type="jpeg",
-                quality=SCREENSHOT_QUALITY,
-                caret="initial",
-                mask=taken.masks,
-                timeout=runner._scaled(10_000),
-            )
-        else:
-            record.screenshot = watcher.screenshot(quality=SCREENSHOT_QUALITY)
+        for attempt in range(2):
+            taken = observing.take(page, secret_values=runner.secret_values, watch=watcher)
+            record.url = page.url
+            record.title = taken.shown_title
+            record.pending = taken
+            record.screenshot = _picture(runner, page, watcher, taken, touched_page)
+            if mark is None or attempt:
+                break
+            # The page changed while it was read or pictured (a timer, a response arriving):
+            # read and picture it once more, so the picture shows what the observation says.
+            again = watcher.mark()
+            if again == mark:
+                break
+            mark = again
         runner._last_capture = Seen(page=page, mark=mark, taken=taken, screenshot=record.screenshot)
-    except PlaywrightError as exc:
+    except (PlaywrightError, FramesError) as exc:
         runner._last_capture = None
         # Evidence that cannot be taken is said so, never faked.
         note = f"evidence incomplete: {wording.first_line(str(exc))}"
         record.error = f"{record.error}; {note}" if record.error else note
 
 
+def _picture(
+    runner: Runner,
+    page: Page,
+    watcher: observing.PageWatch,
+    taken: observing.Snapshot,
+    touched_page: bool,
+) -> bytes | None:
+    last = runner._last_capture
+    if not touched_page and last is not None and last.taken.key == taken.key:
+        # Same URL, controls, texts and layout as the last picture (a page whose
+        # changes the watch cannot see, such as one with iframes): reuse the picture.
+        return last.screenshot
+    if taken.masks:
+        return watcher.masked_screenshot(
+            taken.mask_paths, quality=SCREENSHOT_QUALITY
+        ) or page.screenshot(
+            # Fields in frames, or fields that moved while the picture was taken: the
+            # browser paints the masks itself.
+            type="jpeg",
+            quality=SCREENSHOT_QUALITY,
+            caret="initial",
+            mask=taken.masks,
+            timeout=runner._scaled(10_000),
+        )
+    return watcher.screenshot(quality=SCREENSHOT_QUALITY)
+
+
 def page_watch(runner: Runner, page: Page) -> observing.PageWatch:
     watcher = runner._watches.get(id(page))
     if watcher is None or watcher.page is not page:
-        watcher = runner._watches[id(page)] = observing.PageWatch(page)
+        watcher = runner._watches[id(page)] = observing.PageWatch(page, frames=runner.frames)
     return watcher
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 __all__ = [
     "ACCELERATORS",
+    "BEGIN_FRAME_MODES",
     "MICROVM_MIN_MEMORY_MIB",
     "NAMESPACE_MODES",
     "EngineConfig",
@@ -22,6 +23,7 @@ __all__ = [
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 NAMESPACE_MODES = ("auto", "on", "off")
+BEGIN_FRAME_MODES = ("auto", "off")
 ACCELERATORS = ("auto", "kvm", "tcg")
 MICROVM_MIN_MEMORY_MIB = 256
 
@@ -41,6 +43,10 @@ class EngineConfig:
     chromium: str = ""
     # PANDAWEB_LOCAL_NAMESPACES: the local backend's namespaces, one of NAMESPACE_MODES.
     local_namespaces: str = "auto"
+    # PANDAWEB_BEGIN_FRAME: "auto" has a browser that can (chromium-headless-shell) draw its
+    # pages only when asked, so a step's picture is the frame drawn for that step's state;
+    # "off" lets every browser draw on its own clock.
+    begin_frame: str = "auto"
     # PANDAWEB_MICROVM_IMAGE_DIR: guest images and saved base VMs (absolute: the worker, the web
     # process and a shell each have their own working directory).
     microvm_image_dir: Path = _PROJECT_ROOT / "var" / "microvm"
@@ -62,6 +68,11 @@ class EngineConfig:
             raise ValueError(
                 f"local_namespaces must be one of {', '.join(NAMESPACE_MODES)}, "
                 f"not {self.local_namespaces!r}"
+            )
+        if self.begin_frame not in BEGIN_FRAME_MODES:
+            raise ValueError(
+                f"begin_frame must be one of {', '.join(BEGIN_FRAME_MODES)}, "
+                f"not {self.begin_frame!r}"
             )
         if self.microvm_accelerator not in ACCELERATORS:
             raise ValueError(

@@ -14,12 +14,15 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar, cast
 
 from playwright.sync_api import Browser, Playwright, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
+
+from sessions.engine.frames import FramePump
 
 T = TypeVar("T")
 
@@ -58,18 +61,47 @@ def warm() -> None:
     _POOL.submit(_driver)
 
 
+# The frame pump of each connected browser that draws on request (see ``frames``).
+_pumps: weakref.WeakKeyDictionary[Browser, FramePump] = weakref.WeakKeyDictionary()
+
+
+def frames(browser: Browser) -> FramePump | None:
+    """The pump drawing ``browser``'s pages, when it draws only on request; None when it draws
+    on its own clock."""
+    return _pumps.get(browser)
+
+
 def _connect(cdp_url: str, artifacts_dir: str | None, timeout_ms: float) -> Browser:
+    # The pump first: on a browser that draws on request, nothing that waits for a frame may
+    # start before frames come.
+    pump = FramePump.start(cdp_url, time_scale=timeout_ms / _CONNECT_MS)
     try:
-        return _driver().chromium.connect_over_cdp(
-            cdp_url, timeout=timeout_ms, artifacts_dir=artifacts_dir
-        )
-    except PlaywrightError as exc:
-        # A driver that died since its last use says so on first contact; start another once.
-        if "closed" not in str(exc).lower() and "connection" not in str(exc).lower():
-            raise
-        return _driver(fresh=True).chromium.connect_over_cdp(
-            cdp_url, timeout=timeout_ms, artifacts_dir=artifacts_dir
-        )
+        try:
+            browser = _driver().chromium.connect_over_cdp(
+                cdp_url, timeout=timeout_ms, artifacts_dir=artifacts_dir
+            )
+        except PlaywrightError as exc:
+            # A driver that died since its last use says so on first contact; start another.
+            if "closed" not in str(exc).lower() and "connection" not in str(exc).lower():
+                raise
+            browser = _driver(fresh=True).chromium.connect_over_cdp(
+                cdp_url, timeout=timeout_ms, artifacts_dir=artifacts_dir
+            )
+    except BaseException:
+        if pump is not None:
+            pump.close()
+        raise
+    if pump is not None:
+        _pumps[browser] = pump
+    return browser
+
+
+def _disconnect(browser: Browser) -> None:
+    pump = _pumps.pop(browser, None)
+    with contextlib.suppress(PlaywrightError):
+        browser.close()
+    if pump is not None:
+        pump.close()
 
 
 class Connection:
@@ -98,7 +130,7 @@ class Connection:
             work = self._work.get()
             return None if work is None else work(browser)
         finally:
-            browser.close()
+            _disconnect(browser)
 
     def run(self, work: Callable[[Browser], T]) -> T:
         """Run ``work`` with the browser on the driver's thread and return what it did (or
@@ -168,8 +200,7 @@ class HeldConnection:
                 if not browser.is_connected():
                     return
         finally:
-            with contextlib.suppress(PlaywrightError):
-                browser.close()
+            _disconnect(browser)
             # Work handed over while the thread was leaving is told so, not left waiting.
             while True:
                 try:

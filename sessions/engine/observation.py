@@ -40,6 +40,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Locator, Page
 
 from sessions.engine.aria_snapshot import SnapshotNode
+from sessions.engine.frames import FramePump
 from sessions.engine.reading import (
     GROUP_ROLES,
     MESSAGE_ROLES,
@@ -427,8 +428,10 @@ class PageWatch:
     ``:hover`` and canvas drawing, which change pixels but no element a step acts on.
     """
 
-    def __init__(self, page: Page) -> None:
+    def __init__(self, page: Page, *, frames: FramePump | None = None) -> None:
         self.page = page
+        self.frames = frames
+        self._target: str | None = None
         self._session: Any = None
         self._context: int | None = None
         self._frame: str | None = None
@@ -471,13 +474,19 @@ class PageWatch:
         return self._evaluate(_WATCH_INSTALL + ";" + expression)
 
     def screenshot(self, *, quality: int) -> bytes:
-        """A JPEG of the viewport as it shows now, in one CDP round trip.
+        """A JPEG of the viewport as it shows now, in one CDP round trip: the frame drawn for
+        the page's state now where the browser draws on request (``frames``), else
+        ``Page.captureScreenshot``.
 
         Playwright's ``page.screenshot`` spends three or four more (fonts, layout metrics, its
         own set-up) on every call: a fifth to a third of each step's picture. This one cannot
         mask: a picture with something to hide goes through Playwright's."""
         if self._session is None:
             self._session = self.page.context.new_cdp_session(self.page)
+        if self.frames is not None:
+            if self._target is None:
+                self._target = self._session.send("Target.getTargetInfo")["targetInfo"]["targetId"]
+            return self.frames.picture(self._target, quality=quality)
         answer = self._session.send(
             "Page.captureScreenshot", {"format": "jpeg", "quality": quality}
         )

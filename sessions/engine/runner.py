@@ -25,7 +25,8 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from sessions.engine import capturing, gatekeeping, locating, picking, steps, wording
 from sessions.engine import observation as observing
-from sessions.engine.driver import Connection, connect_timeout_ms, with_browser
+from sessions.engine.driver import Connection, connect_timeout_ms, frames, with_browser
+from sessions.engine.frames import FramePump
 from sessions.engine.outcomes import (
     FailedResponse,
     ResponseWatch,
@@ -115,6 +116,9 @@ class Runner:
         # The last step's evidence, to reuse when a read-only step finds the page unchanged.
         self._last_capture: capturing.Seen | None = None
         self._watches: dict[int, observing.PageWatch] = {}
+        # Draws the pages of a browser that draws only on request; the step pictures are its
+        # frames. None: the browser draws on its own clock.
+        self.frames: FramePump | None = None
         # The refusal messages visible when the last step ended: only a new one is a step's.
         self._known_refusals: set[str] | None = None
         # What the current step does with a dialog it opens, and the dialogs it saw.
@@ -155,6 +159,7 @@ class Runner:
     def look(self, browser: Browser) -> StepRecord:
         """The page as it is now, recorded as a step's evidence is (a scratch session's look)."""
         context = browser.contexts[0] if browser.contexts else browser.new_context()
+        self.frames = frames(browser)
         self._watch(context)
         try:
             record = StepRecord(
@@ -170,6 +175,7 @@ class Runner:
     def pick(self, browser: Browser, element: dict[str, Any]) -> picking.Picked:
         """Targets for ``element`` of the last observation, tried on the page as it is now."""
         context = browser.contexts[0] if browser.contexts else browser.new_context()
+        self.frames = frames(browser)
         self._watch(context)
         try:
             return picking.pick(
@@ -180,6 +186,7 @@ class Runner:
 
     def _run(self, browser: Browser) -> RunOutcome:
         context = browser.contexts[0] if browser.contexts else browser.new_context()
+        self.frames = frames(browser)
         try:
             return self._run_in(context)
         finally:

@@ -25,10 +25,12 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 from PIL import Image, ImageDraw
+
+from sessions.engine.chromium import browser_websocket_url
+from sessions.engine.frames import FRAME_INTERVAL_MS, drawing, not_drawn_on_request
 
 # Playwright paints masked elements in this colour; live frames look the same.
 MASK_COLOUR = (255, 0, 255)
@@ -192,15 +194,6 @@ def _timed_mask(
     return frame, time.thread_time() - started
 
 
-def browser_websocket_url(cdp_url: str, advertised: str) -> str:
-    """The browser's websocket address as reachable from here: the browser names its own
-    host and port, which a relay (namespaces, microVM) puts elsewhere."""
-    reachable = urlsplit(cdp_url)
-    named = urlsplit(advertised)
-    scheme = "wss" if reachable.scheme == "https" else "ws"
-    return f"{scheme}://{reachable.netloc}{named.path}"
-
-
 class BrowserTap:
     """A CDP client of the run's browser, attached to the page the runner works on.
 
@@ -260,6 +253,9 @@ class BrowserTap:
         self._frames: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=2)
         self._cast: dict[str, Any] = {}
         self._framer: asyncio.Task[None] | None = None
+        self._pumper: asyncio.Task[None] | None = None
+        # Frames the tap asked a browser that draws only on request for (see frames).
+        self.frames_asked = 0
 
     # Connection ----------------------------------------------------------------------------
 
@@ -281,6 +277,7 @@ class BrowserTap:
             raise CdpError(f"the run's browser did not answer at {self.cdp_url}: {exc}") from None
         self._reader = asyncio.create_task(self._read())
         self._framer = asyncio.create_task(self._frame_loop())
+        self._pumper = asyncio.create_task(self._pump())
         try:
             await self.attach()
         except CdpError:
@@ -291,7 +288,7 @@ class BrowserTap:
         if self._blocked is not None:
             self._blocked.cancel()
             self._blocked = None
-        for task in (self._reader, self._framer):
+        for task in (self._reader, self._framer, self._pumper):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -569,6 +566,30 @@ class BrowserTap:
             self.frames_shown += 1
             self.mask_seconds += cpu
             await self.on_frame(frame)
+
+    async def _pump(self) -> None:
+        """Frames for the watched page while the tap is open, where the browser draws only on
+        request (``sessions.engine.frames``): the cast shows a page as it is drawn, and a
+        person's clicks need the page drawn. Ends at once on a browser that draws by itself.
+        Nothing while the runner's pump in this process draws the browser: two clients drawing
+        two pages at once crash its GPU process."""
+        interval = FRAME_INTERVAL_MS / 1000
+        while True:
+            session = self._session
+            if session and self._blocked is None and not drawing(self.cdp_url):
+                try:
+                    # Patient: behind a dialog the frame comes once the dialog is answered.
+                    await self.call(
+                        "HeadlessExperimental.beginFrame",
+                        {"interval": FRAME_INTERVAL_MS},
+                        session=session,
+                        patient=True,
+                    )
+                    self.frames_asked += 1
+                except CdpError as exc:
+                    if not_drawn_on_request(str(exc)):
+                        return
+            await asyncio.sleep(interval)
 
     async def secret_fields_now(self) -> dict[str, Any]:
         """The boxes of secret fields now, and whether the focus is in one ('secret'), in a

@@ -15,6 +15,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest, Question
 from approvals.questions import question_open, question_take_answer
 from approvals.services import approval_open, approval_void_pending
+from sessions.engine.chromium import browser_label
 from sessions.engine.driver import Connection, connect_timeout_ms
 from sessions.engine.plan import Answer, RunPlan, SessionCheck, secret_targets, secret_values_of
 from sessions.engine.runner import Runner
@@ -162,6 +163,8 @@ def _sandbox_facts(sandbox: Any, fork: Fork | None) -> dict[str, Any]:
     for key in _SANDBOX_FACTS:
         if sandbox.details.get(key):
             facts[key] = sandbox.details[key]
+    if sandbox.details.get("browser"):
+        facts["browser"] = browser_label(sandbox.details["browser"])
     if "start" not in facts:
         facts["start"] = (
             "fresh browser, session template's cookies and local storage loaded"
@@ -173,6 +176,7 @@ def _sandbox_facts(sandbox: Any, fork: Fork | None) -> dict[str, Any]:
 
 _SANDBOX_FACTS = (
     "isolation", "isolation_warning", "accelerator", "accelerator_warning", "start", "time_scale",
+    "frames",
 )  # fmt: skip
 
 

@@ -684,6 +684,7 @@ def test_it_names_every_chromium_flag() -> None:
         "--disable-quic",
         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
         "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+        "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
     ]
 
 

@@ -38,6 +38,7 @@ from sessions.engine.sandbox._proc import MARKER, group_alive, mentions, remove_
 from sessions.engine.sandbox.backends import get_backend
 from sessions.engine.sandbox.base import Sandbox, SandboxBackend, SandboxError, SandboxSpec
 from sessions.engine.sandbox.local import LocalBackend, reap_orphans
+from tests.sessions.drawing import connect_drawing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,7 +90,7 @@ def refused_port() -> socket.socket:
 
 
 def connect(playwright: Playwright, sandbox: Sandbox) -> Browser:
-    return playwright.chromium.connect_over_cdp(sandbox.cdp_url, timeout=15_000)
+    return connect_drawing(playwright, sandbox.cdp_url, timeout=15_000)
 
 
 def python(code: str, *args: str) -> subprocess.Popen[str]:

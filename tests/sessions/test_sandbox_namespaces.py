@@ -33,6 +33,7 @@ from sessions.engine.sandbox import cdp_gate, namespaces
 from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from sessions.engine.sandbox.local import LocalBackend
 from sessions.engine.sandbox.workdirs import json_version
+from tests.sessions.drawing import connect_drawing
 from tests.sessions.test_sandbox import (
     ForwardProxyHandler,
     PortalHandler,
@@ -121,7 +122,7 @@ def browser_process(sandbox: Sandbox) -> psutil.Process:
             cmdline = proc.cmdline()
             if (
                 cmdline
-                and Path(cmdline[0]).name == "chromium"
+                and Path(cmdline[0]).name in ("chromium", "chromium-headless-shell")
                 and not any(arg.startswith("--type=") for arg in cmdline)
             ):
                 return proc
@@ -329,8 +330,8 @@ def test_its_tmp_is_its_own_and_downloads_go_through_the_workdir(
     assert inside(sandbox, str(written)).read_text() == "number,amount\nINV-1,12.50\n"
 
     # With the artifacts_dir the sandbox names, it reaches the host.
-    browser = playwright_instance.chromium.connect_over_cdp(
-        sandbox.cdp_url, artifacts_dir=sandbox.details["artifacts_dir"]
+    browser = connect_drawing(
+        playwright_instance, sandbox.cdp_url, artifacts_dir=sandbox.details["artifacts_dir"]
     )
     try:
         page = browser.contexts[0].new_page()
@@ -351,9 +352,11 @@ def test_its_tmp_is_its_own_and_downloads_go_through_the_workdir(
 
 @needs_namespaces
 @pytest.mark.browser
-def test_its_browser_reads_pandawebs_managed_policy_which_the_host_does_not_get(
+def test_it_holds_pandawebs_managed_policy_which_the_host_does_not_get(
     make: Callable[..., Sandbox],
 ) -> None:
+    # Read by the desktop Chromium (the headless shell reads no policy: its switches are what
+    # keeps its own traffic off).
     sandbox = make()
     policy = f"/etc/chromium/policies/managed/{MANAGED_POLICY_NAME}"
 

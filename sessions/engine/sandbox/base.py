@@ -46,6 +46,11 @@ RESERVED_FLAGS: frozenset[str] = frozenset(
 
 _PROXY_SCHEMES = frozenset({"http", "https", "socks4", "socks5"})
 
+# How a sandbox's browser draws its pages (``details["frames"]``, shown on the run page): on
+# request, by the client's frame pump (``sessions.engine.frames``), or by itself.
+BEGIN_FRAME = "on request (begin-frame control)"
+FREE_RUNNING = "on the browser's own clock"
+
 
 class SandboxError(Exception):
     """A sandbox could not be created, found or destroyed; the message says why in plain words."""

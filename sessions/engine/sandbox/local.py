@@ -34,7 +34,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sessions.engine.chromium import HEADLESS_ARGS, find_chromium, write_profile_preferences
+from sessions.engine.chromium import (
+    HEADLESS_ARGS,
+    find_chromium,
+    is_headless_shell,
+    launch_args,
+    write_profile_preferences,
+)
 from sessions.engine.config import EngineConfig
 from sessions.engine.sandbox import cdp_gate, namespaces
 from sessions.engine.sandbox._proc import (
@@ -48,7 +54,13 @@ from sessions.engine.sandbox._proc import (
     remove_workdir,
     stop_browser,
 )
-from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from sessions.engine.sandbox.base import (
+    BEGIN_FRAME,
+    FREE_RUNNING,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+)
 from sessions.engine.sandbox.workdirs import (
     WorkdirSandboxes,
     adopt,
@@ -126,6 +138,7 @@ class LocalBackend(WorkdirSandboxes):
         self.ready_timeout = ready_timeout
         self.namespaces = config.local_namespaces
         self.chromium = config.chromium
+        self.begin_frame = config.begin_frame == "auto"
 
     # -- create ---------------------------------------------------------------------------
 
@@ -183,6 +196,7 @@ class LocalBackend(WorkdirSandboxes):
                     "isolation": isolation.label,
                     **({"isolation_warning": isolation.warning} if isolation.warning else {}),
                     "chromium": chromium,
+                    "frames": frames_label(chromium, begin_frame=self.begin_frame),
                     "browser": version.get("Browser", ""),
                     "watchdog_pid": watchdog.pid,
                     "artifacts_dir": str(workdir / ARTIFACTS_DIR),
@@ -271,7 +285,7 @@ class LocalBackend(WorkdirSandboxes):
             routing = dataclasses.replace(spec, proxy_url=inner, extra_args=()).fixed_flags
         args = [
             chromium,
-            "--headless=new",
+            *launch_args(chromium, begin_frame=self.begin_frame),
             f"--remote-debugging-port={cdp_port}",
             f"--user-data-dir={workdir / 'profile'}",
             *HEADLESS_ARGS,
@@ -345,6 +359,13 @@ class LocalBackend(WorkdirSandboxes):
             time.sleep(0.01)
 
     # -- the rest -------------------------------------------------------------------------
+
+
+def frames_label(chromium: str, *, begin_frame: bool) -> str:
+    """How the sandbox's browser draws its pages, for the run page (``details["frames"]``)."""
+    if begin_frame and is_headless_shell(chromium):
+        return BEGIN_FRAME
+    return FREE_RUNNING
 
 
 def reap_orphans(root_dir: Path | str, *, now: float | None = None) -> list[str]:
