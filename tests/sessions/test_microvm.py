@@ -41,6 +41,7 @@ from sessions.engine.screencast import MASK_COLOUR, BrowserTap, Frame
 from sessions.models import Run
 from sessions.services import execution
 from tests.sessions.conftest import EXAMPLE, publish
+from tests.sessions.drawing import connect_drawing
 from workflows.models import Credential
 
 # Under software emulation a VM's pages take tens of seconds, and several times that when the
@@ -145,7 +146,7 @@ def test_a_vm_restored_from_the_base_snapshot_is_ready_quickly_with_the_hosts_cl
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.connect_over_cdp(vm.cdp_url, timeout=120_000)
+        browser = connect_drawing(playwright, vm.cdp_url, timeout=120_000)
         page = browser.contexts[0].pages[0]
         guest_now = page.evaluate("Date.now()") / 1000
         browser.close()
@@ -347,7 +348,7 @@ def test_the_guest_reaches_allowlisted_hosts_through_its_proxy_and_nothing_else(
         from playwright.sync_api import sync_playwright
 
         with sync_playwright() as playwright:
-            browser = playwright.chromium.connect_over_cdp(sandbox.cdp_url, timeout=120_000)
+            browser = connect_drawing(playwright, sandbox.cdp_url, timeout=120_000)
             page = browser.contexts[0].pages[0]
             page.set_default_timeout(120_000)
             page.goto(f"{portal}/login")
@@ -390,7 +391,7 @@ def log_in(cdp_url: str, portal: str) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.connect_over_cdp(cdp_url, timeout=120_000)
+        browser = connect_drawing(playwright, cdp_url, timeout=120_000)
         page = browser.contexts[0].pages[0]
         page.set_default_timeout(180_000)
         first_goto(page, f"{portal}/login")
@@ -419,7 +420,7 @@ def start_and_mark(cdp_url: str, portal: str, mark: str | None) -> dict[str, Any
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.connect_over_cdp(cdp_url, timeout=120_000)
+        browser = connect_drawing(playwright, cdp_url, timeout=120_000)
         page = browser.contexts[0].pages[0]
         page.set_default_timeout(180_000)
         first_goto(page, f"{portal}/")
@@ -554,7 +555,7 @@ def test_the_live_view_casts_a_vms_browser_with_its_secrets_masked(
     with sync_playwright() as playwright:
         # As long as the runner waits (sessions.engine.driver.connect_timeout_ms): a loaded machine
         # makes the emulated browser slower still.
-        browser = playwright.chromium.connect_over_cdp(vm.cdp_url, timeout=120_000)
+        browser = connect_drawing(playwright, vm.cdp_url, timeout=120_000)
         page = browser.contexts[0].pages[0]
         page.set_default_timeout(120_000)
         page.set_content(PAGE)

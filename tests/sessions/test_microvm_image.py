@@ -3,7 +3,6 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import gzip
-import hashlib
 import json
 import lzma
 import os
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from sessions.engine.chromium import HEADLESS_ARGS, MANAGED_POLICY, MANAGED_POLICY_NAME
+from sessions.engine.chromium import HEADLESS_ARGS
 from sessions.engine.sandbox.microvm import image, image_build, kernel, recipe
 
 ARTIFACTS = (recipe.KERNEL_FILE, recipe.INITRD_FILE, recipe.ROOTFS_FILE)
@@ -792,18 +791,3 @@ def test_the_guest_starts_chromium_with_every_headless_flag() -> None:
     # The guest cannot import pandaweb; its script spells the flags out, and must not drift.
     script = (recipe.GUEST_DIR / "pandaweb-guest").read_text()
     assert [flag for flag in HEADLESS_ARGS if f"    {flag} \\\n" not in script] == []
-
-
-def test_the_image_holds_the_managed_policy(tmp_path: Path) -> None:
-    rootfs = tmp_path / "root"
-    (rootfs / "usr/sbin").mkdir(parents=True)
-    (rootfs / "etc").mkdir()
-
-    image_build._install_guest_files(rootfs, {})
-
-    written = rootfs / recipe.CHROMIUM_POLICY_DIR / MANAGED_POLICY_NAME
-    assert json.loads(written.read_bytes()) == MANAGED_POLICY
-    assert (
-        recipe.recipe_inputs({})["managed_policy"]
-        == hashlib.sha256(written.read_bytes()).hexdigest()
-    )

@@ -50,7 +50,13 @@ from sessions.engine.sandbox._proc import (
     remove_workdir,
     stop_browser,
 )
-from sessions.engine.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from sessions.engine.sandbox.base import (
+    BEGIN_FRAME,
+    FREE_RUNNING,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+)
 from sessions.engine.sandbox.microvm import qmp
 from sessions.engine.sandbox.microvm.accelerator import Accelerator, choose_accelerator
 from sessions.engine.sandbox.microvm.image import GuestImage, find_image
@@ -120,6 +126,8 @@ class MicroVMBackend(WorkdirSandboxes):
         # False boots every VM from scratch: only for measuring what restoring saves.
         self.restore = restore
         self.pool_size = config.microvm_pool
+        # The guest's headless shell draws its pages on request unless told otherwise.
+        self.frames = "request" if config.begin_frame == "auto" else "own"
         self._accelerator: Accelerator | None = None
 
     @property
@@ -180,6 +188,7 @@ class MicroVMBackend(WorkdirSandboxes):
                     "image": image.key,
                     "memory_mib": self.memory_mib,
                     "browser": version.get("Browser", ""),
+                    "frames": BEGIN_FRAME if self.frames == "request" else FREE_RUNNING,
                     "watchdog_pid": vm.watchdog.pid,
                     "control_port": vm.control_port,
                     "proxy_url": spec.proxy_url,
@@ -302,7 +311,8 @@ class MicroVMBackend(WorkdirSandboxes):
             "-sandbox", "on,obsolete=deny,resourcecontrol=deny",
             "-kernel", str(image.kernel),
             "-initrd", str(image.initrd),
-            "-append", f"{self._kernel_args()} pandaweb.window={width}x{height}",
+            "-append",
+            f"{self._kernel_args()} pandaweb.window={width}x{height} pandaweb.frames={self.frames}",
             "-drive", f"id=root,file={image.rootfs},format=raw,if=none,readonly=on",
             "-device", "virtio-blk-device,drive=root",
             "-netdev", netdev,
@@ -436,6 +446,7 @@ class MicroVMBackend(WorkdirSandboxes):
             # --force rebuilds an image in place (same inputs, newer Debian updates).
             "files": image.manifest.get("sha256"),
             "window": list(window),
+            "frames": self.frames,
             "qemu": qemu_version(),
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]

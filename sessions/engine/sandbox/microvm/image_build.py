@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote
 
-from sessions.engine.chromium import MANAGED_POLICY_NAME, managed_policy_json
 from sessions.engine.sandbox.microvm.kernel import (
     cpio_newc,
     initramfs_entries,
@@ -31,9 +30,9 @@ from sessions.engine.sandbox.microvm.kernel import (
 )
 from sessions.engine.sandbox.microvm.recipe import (
     BUSYBOX_STATIC_PACKAGE,
-    CHROMIUM_POLICY_DIR,
     COMMAND_TIMEOUT,
     GUEST_BIN_DIR,
+    GUEST_CHROMIUM,
     INIT_SCRIPT,
     INITRD_FILE,
     KERNEL_FILE,
@@ -219,7 +218,9 @@ def assemble(
                 "apt-get -y upgrade\n"
                 f"apt-get -y install --no-install-recommends {shlex.join(PACKAGES)}\n"
             )
-            chromium_version = build.chroot("chromium --version", merge_stderr=False).strip()
+            chromium_version = build.chroot(
+                f"{GUEST_CHROMIUM} --version", merge_stderr=False
+            ).strip()
             packages = _parse_packages(
                 build.chroot("dpkg-query -W -f='${Package}\\t${Version}\\n'", merge_stderr=False)
             )
@@ -278,7 +279,7 @@ def assemble(
             "kernel_version": kernel_release,
             "kernel_package": f"{kernel_package}={debs.get(kernel_package, '?')}",
             "chromium_version": chromium_version,
-            "chromium_package": packages.get("chromium", "?"),
+            "chromium_package": packages.get(GUEST_CHROMIUM, "?"),
             "busybox_static_package": debs.get(BUSYBOX_STATIC_PACKAGE, "?"),
             "modules_loaded": [module.name for module in modules.loaded],
             "modules_builtin": modules.builtin,
@@ -383,10 +384,6 @@ def _install_guest_files(rootfs: Path, guest: dict[str, GuestFile]) -> None:
             raise ImageBuildError(f"guest/{name}: guest/ holds plain files only, no directories")
         mode = 0o755 if file.executable else 0o644
         _write_in_root(rootfs, f"{GUEST_BIN_DIR}/{name}", file.data, mode)
-    # Chromium's own background traffic off (sessions.engine.chromium.MANAGED_POLICY); in the image,
-    # so it is there before Chromium first starts and no run can change it.
-    (rootfs / CHROMIUM_POLICY_DIR).mkdir(parents=True, exist_ok=True)
-    _write_in_root(rootfs, f"{CHROMIUM_POLICY_DIR}/{MANAGED_POLICY_NAME}", managed_policy_json())
     _write_in_root(rootfs, "etc/hostname", b"pandaweb-guest\n")
     _write_in_root(
         rootfs, "etc/hosts", b"127.0.0.1\tlocalhost\n127.0.1.1\tpandaweb-guest\n::1\tlocalhost\n"

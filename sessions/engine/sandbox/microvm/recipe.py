@@ -1,9 +1,9 @@
 """The microVM guest image's recipe and its key (standard library only, no Django).
 
 What goes into the image: the Debian suite, mirrors and packages, the kernel and the modules its
-initramfs loads, the files under ``guest/`` and pandaweb's managed Chromium policy. The key hashes
-all of it (``current_key``), so changing any input names a new image; ``image`` finds and builds
-images by it, and ``image_build`` runs the recipe. A build step that fails raises
+initramfs loads and the files under ``guest/``. The key hashes all of it (``current_key``), so
+changing any input names a new image; ``image`` finds and builds images by it, and
+``image_build`` runs the recipe. A build step that fails raises
 ``ImageBuildError``.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sessions.engine.chromium import managed_policy_json
+from sessions.engine.chromium import HEADLESS_SHELL
 
 # Bump when the build steps change in a way the other inputs do not capture (strip list,
 # squashfs options, initramfs layout...): it is part of the key, so old images stop matching.
@@ -30,7 +30,12 @@ MIRROR = "http://deb.debian.org/debian"
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 # Installed with apt inside the chroot: debootstrap --include=chromium cannot resolve
 # dconf-service's alternative dependency, apt can.
-PACKAGES: tuple[str, ...] = ("chromium", "fonts-dejavu-core", "socat", "busybox")
+# The guest's browser is the headless shell: lighter than the desktop Chromium, and it draws on
+# request (sessions.engine.frames). It reads no managed policy; its switches
+# (sessions.engine.chromium.HEADLESS_ARGS, spelled out in guest/pandaweb-guest) are what keeps
+# its own traffic off.
+GUEST_CHROMIUM = HEADLESS_SHELL
+PACKAGES: tuple[str, ...] = (GUEST_CHROMIUM, "fonts-dejavu-core", "socat", "busybox")
 KERNEL_PACKAGE = "linux-image-cloud-amd64"
 BUSYBOX_STATIC_PACKAGE = "busybox-static"
 # Load order for the initramfs. Dependencies the kernel declares are added before their users;
@@ -49,8 +54,6 @@ MODULES: tuple[str, ...] = (
 )
 
 GUEST_DIR = Path(__file__).resolve().with_name("guest")
-# Where Debian's Chromium reads its managed policy, inside the root fs.
-CHROMIUM_POLICY_DIR = "etc/chromium/policies/managed"
 # guest/init goes into the initramfs; every other file under guest/ into /usr/local/sbin.
 INIT_SCRIPT = "init"
 GUEST_BIN_DIR = "usr/local/sbin"
@@ -133,7 +136,6 @@ def recipe_inputs(guest: dict[str, GuestFile]) -> dict[str, Any]:
         "busybox_package": BUSYBOX_STATIC_PACKAGE,
         "modules": list(MODULES),
         "guest_files": hashed,
-        "managed_policy": hashlib.sha256(managed_policy_json()).hexdigest(),
     }
 
 
