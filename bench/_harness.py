@@ -359,8 +359,10 @@ def temp_dir(prefix: str) -> tempfile.TemporaryDirectory[str]:
 
 @dataclass
 class BareTiming:
-    total: float  # Playwright start + CDP connect + steps + disconnect
+    total: float  # Playwright start + CDP connect + steps (+ tracing) + disconnect
     steps: float  # first step started → last step done
+    trace_write: float = 0.0  # tracing.stop(path=…), with a trace asked for
+    trace_bytes: int = 0
 
 
 def bare_run(
@@ -370,6 +372,7 @@ def bare_run(
     *,
     dense: bool = False,
     artifacts_dir: str | None = None,
+    trace: Path | None = None,
 ) -> BareTiming:
     """The workflow's first 13 steps as a plain Playwright script: same clicks, fills, gotos,
     extract, download and screenshot, plain locators, no observation and no recording.
@@ -377,6 +380,10 @@ def bare_run(
     On a warm Playwright driver, as the runner has (``sessions.engine.driver.with_browser``:
     connect, work, disconnect on a driver thread kept alive between runs): what differs is
     recording only.
+
+    With ``trace``, Playwright's own tracing (screenshots and DOM snapshots) is on from before
+    the first step, and the trace is written there after the last: the evidence a Playwright
+    user can have. Starting and writing it count in ``total``, not in ``steps``.
     """
     from sessions.engine.driver import with_browser
 
@@ -384,10 +391,13 @@ def bare_run(
     invoice = workflow.inputs["invoice"]
     login = workflow.secrets[CREDENTIAL]
     marks: list[float] = []
+    writing: list[float] = []
 
     def work(browser: Any) -> None:
         context = browser.contexts[0] if browser.contexts else browser.new_context()
         page = context.pages[0] if context.pages else context.new_page()
+        if trace is not None:
+            context.tracing.start(screenshots=True, snapshots=True)
         marks.append(time.perf_counter())
         page.goto(f"{base}/login", wait_until="load")  # 1 open-login
         page.get_by_label("Username").fill(login["username"])  # 2 log-in
@@ -421,10 +431,19 @@ def bare_run(
             t3 = time.perf_counter()
             bare_dense(page, workflow.host, downloads)
             marks[-1] += time.perf_counter() - t3
+        if trace is not None:
+            t4 = time.perf_counter()
+            context.tracing.stop(path=trace)
+            writing.append(time.perf_counter() - t4)
 
     t0 = time.perf_counter()
     # Where a browser in namespaces writes downloads for Playwright to read (the runner is given
     # the same: sandbox.details["artifacts_dir"]).
     with_browser(cdp_url, work, artifacts_dir=artifacts_dir)
+    total = time.perf_counter() - t0
     t1, t2 = marks
-    return BareTiming(total=time.perf_counter() - t0, steps=t2 - t1)
+    if trace is None:
+        return BareTiming(total=total, steps=t2 - t1)
+    return BareTiming(
+        total=total, steps=t2 - t1, trace_write=writing[0], trace_bytes=trace.stat().st_size
+    )

@@ -1,4 +1,4 @@
-"""What recording costs: the demo workflow's first 13 steps, bare Playwright against the runner.
+"""What recording costs: the demo workflow's first 13 steps, the runner against plain Playwright.
 
     .venv/bin/python bench/run_overhead.py [--runs 10] [--delays 0,100] [--scenarios demo,dense]
         [--profile]
@@ -12,16 +12,28 @@ workflows/examples/acme-pay-invoice.yaml (everything before the irreversible sub
   B  the production runner, ``Runner(plan, sink).run(cdp_url)``, with observation, masked
      screenshot per step, and production's own sink (``sessions.services.writer.RunSink``: a writer
      thread calling ``run_record_step``, which draws overlay and thumbnail, on a migrated SQLite
-     database in a temporary PANDAWEB_DATA_DIR).
+     database in a temporary PANDAWEB_DATA_DIR);
+  C  the script of A with Playwright's own tracing on: ``context.tracing.start(screenshots=True,
+     snapshots=True)`` before the first step and ``context.tracing.stop(path=…)`` into a
+     temporary file after the last, the evidence a Playwright user can have, and pays for.
 
-Both are timed from "sandbox answering CDP" to "done": Playwright start, CDP connect, the steps,
-disconnect, and for B the wait until the writer thread has persisted every step (``sink.close()``,
-as ``run_execute`` does). A and B alternate (A, B, A, B ...) after one unmeasured warm-up pair.
-Each delay in --delays (milliseconds added to every portal response, like a remote portal) is run
-for each scenario: *demo* is the 13 steps above; *dense* is the same 13 steps followed by nine
-steps on the portal's dense lab pages (a 1,000-row table with a checkbox and two buttons per row,
-a 300-card product grid, a 400-link mega-menu; an assert, an extract, a satisfied wait_for and a
-screenshot among them; ``_harness.dense_steps``). A per-step table gives B's median step time.
+The browser is the same executable for all three (``EngineConfig.chromium``, or
+``find_chromium``'s choice). A and C get what a Playwright user has, a browser drawing on its own
+clock: their sandboxes are built from the settings' engine config with ``begin_frame="off"``. B
+gets the product's config as it stands (``PANDAWEB_BEGIN_FRAME``, default "auto": a headless
+shell draws a page only when asked). The report names how each arm's browser drew.
+
+All are timed from "sandbox answering CDP" to "done": Playwright start, CDP connect, the steps,
+disconnect; for B the wait until the writer thread has persisted every step (``sink.close()``,
+as ``run_execute`` does), for C starting the trace and writing it (``tracing.stop``). The arms
+alternate (A, B, C, A, B, C ...) after one unmeasured warm-up triple. Each delay in --delays
+(milliseconds added to every portal response, like a remote portal) is run for each scenario:
+*demo* is the 13 steps above; *dense* is the same 13 steps followed by nine steps on the portal's
+dense lab pages (a 1,000-row table with a checkbox and two buttons per row, a 300-card product
+grid, a 400-link mega-menu; an assert, an extract, a satisfied wait_for and a screenshot among
+them; ``_harness.dense_steps``). The report gives the medians of A, B and C side by side with
+the ratios B/A (what recording costs against no evidence) and B/C (against Playwright's own
+evidence), for the total and for the steps alone, and a per-step table of B's median step time.
 --profile splits the runner's per-step time into act / observe (of which read: the
 in-page serialisation and the change mark, ``Runtime.evaluate`` in the isolated world) /
 screenshot / other, by wrapping those functions during the B runs. The numbered observation,
@@ -38,11 +50,12 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from _harness import (
+    BareTiming,
     Persistence,
     Workflow,
     bare_run,
@@ -58,6 +71,9 @@ from _harness import (
     stats,
     temp_dir,
 )
+
+if TYPE_CHECKING:
+    from sessions.engine.sandbox.local import LocalBackend
 
 PHASES = ("act", "observe", "read", "screenshot", "other")
 
@@ -293,7 +309,6 @@ def _accounted(parts: dict[str, float]) -> float:
 
 
 def main() -> int:
-    global PROFILE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="measured runs per variant")
     parser.add_argument(
@@ -321,7 +336,12 @@ def main() -> int:
         from sessions.engine.sandbox.local import LocalBackend
 
         files = Path(settings.RUN_FILES_DIR)
-        backend = LocalBackend(replace(settings.ENGINE_CONFIG, sandbox_dir=Path(sandboxes)))
+        product = replace(settings.ENGINE_CONFIG, sandbox_dir=Path(sandboxes))
+        backends = Backends(
+            # Only how the browser draws differs: same executable, same isolation.
+            bare=LocalBackend(replace(product, begin_frame="off")),
+            product=LocalBackend(product),
+        )
         if args.profile:
             install_profiling()
         dense = Workflow(
@@ -337,9 +357,31 @@ def main() -> int:
                 for scenario in scenarios:
                     flow = dense if scenario == "dense" else workflow
                     set_delay(server, delay / 1000)
-                    measure(scenario, delay, flow, args, backend, proxy, persistence, files)
+                    measure(scenario, delay, flow, args, backends, proxy, persistence, files)
     print(f"\nend: {load_line()}")
     return 0
+
+
+@dataclass(frozen=True)
+class Backends:
+    bare: LocalBackend  # A and C: the browser on its own clock
+    product: LocalBackend  # B: as the settings configure it
+
+
+def bare_arm(
+    backend: LocalBackend, proxy: Any, workflow: Workflow, *, dense: bool, traced: bool
+) -> tuple[BareTiming, dict[str, Any]]:
+    """A (or C, ``traced``) in a fresh sandbox; its timing and the sandbox's details."""
+    with sandbox(backend, proxy) as box, temp_dir("pandaweb-bench-dl-") as dl:
+        timing = bare_run(
+            box.cdp_url,
+            workflow,
+            Path(dl),
+            dense=dense,
+            artifacts_dir=box.details.get("artifacts_dir"),
+            trace=Path(dl) / "trace.zip" if traced else None,
+        )
+        return timing, box.details
 
 
 def measure(
@@ -347,32 +389,24 @@ def measure(
     delay: float,
     workflow: Workflow,
     args: argparse.Namespace,
-    backend: Any,
+    backends: Backends,
     proxy: Any,
     persistence: Persistence,
     files: Path,
 ) -> None:
     global PROFILE
-    bare: dict[str, list[float]] = defaultdict(list)
-    recorded: dict[str, list[float]] = defaultdict(list)
+    arms: dict[str, dict[str, list[float]]] = {arm: defaultdict(list) for arm in "ABC"}
+    browsers: dict[str, set[tuple[str, str]]] = {arm: set() for arm in "ABC"}
     per_step: dict[int, list[float]] = defaultdict(list)
+    dense = scenario == "dense"
     PROFILE = None
     for i in range(args.runs + 1):
         warm_up = i == 0
-        with sandbox(backend, proxy) as box, temp_dir("pandaweb-bench-dl-") as dl:
-            timing = bare_run(
-                box.cdp_url,
-                workflow,
-                Path(dl),
-                dense=scenario == "dense",
-                artifacts_dir=box.details.get("artifacts_dir"),
-            )
-        if not warm_up:
-            bare["total"].append(timing.total)
-            bare["steps"].append(timing.steps)
+        bare, details = bare_arm(backends.bare, proxy, workflow, dense=dense, traced=False)
+        browsers["A"].add((details["chromium"], details["frames"]))
         if args.profile and i == 1:
             PROFILE = Profile()
-        with sandbox(backend, proxy) as box:
+        with sandbox(backends.product, proxy) as box:
             result = recorded_run(
                 box.cdp_url,
                 workflow,
@@ -381,15 +415,27 @@ def measure(
                 None if warm_up else per_step,
                 artifacts_dir=box.details.get("artifacts_dir"),
             )
+            browsers["B"].add((box.details["chromium"], box.details["frames"]))
+        traced, details = bare_arm(backends.bare, proxy, workflow, dense=dense, traced=True)
+        browsers["C"].add((details["chromium"], details["frames"]))
         if not warm_up:
+            arms["A"]["total"].append(bare.total)
+            arms["A"]["steps"].append(bare.steps)
             for key, value in result.items():
-                recorded[key].append(value)
+                arms["B"][key].append(value)
+            arms["C"]["total"].append(traced.total)
+            arms["C"]["steps"].append(traced.steps)
+            arms["C"]["trace_write"].append(traced.trace_write)
+            arms["C"]["trace_mib"].append(traced.trace_bytes / 2**20)
         print(
-            f"  {scenario}, delay {delay:g} ms, pair {i}{' (warm-up)' if warm_up else ''}: "
-            f"A {timing.total:.2f} s, B {result['total']:.2f} s",
+            f"  {scenario}, delay {delay:g} ms, triple {i}{' (warm-up)' if warm_up else ''}: "
+            f"A {bare.total:.2f} s, B {result['total']:.2f} s, C {traced.total:.2f} s",
             file=sys.stderr,
         )
-    report(scenario, delay, args.runs, bare, recorded)
+    executables = {chromium for seen in browsers.values() for chromium, _ in seen}
+    if len(executables) != 1:
+        raise RuntimeError(f"the arms ran different browsers: {sorted(executables)}")
+    report(scenario, delay, args.runs, arms, browsers)
     print(f"  B per step, median of {args.runs} runs (ms)")
     for index, step in enumerate(workflow.steps):
         values = per_step.get(index) or [0.0]
@@ -406,23 +452,32 @@ def report(
     scenario: str,
     delay: float,
     runs: int,
-    bare: dict[str, list[float]],
-    recorded: dict[str, list[float]],
+    arms: dict[str, dict[str, list[float]]],
+    browsers: dict[str, set[tuple[str, str]]],
 ) -> None:
+    a, b, c = arms["A"], arms["B"], arms["C"]
     print(
         f"\n{scenario} scenario, portal delay {delay:g} ms per response, {runs} runs per variant, "
-        f"alternated A/B ({load_line()})"
+        f"alternated A/B/C ({load_line()})"
     )
+    for arm, seen in browsers.items():
+        drawn = "; ".join(f"{chromium}, frames {frames}" for chromium, frames in sorted(seen))
+        print(f"  {arm} browser: {drawn}")
     print(f"  {'seconds':<44} {'min':>7} {'median':>7} {'max':>7}")
-    print(row("A bare Playwright, total", bare["total"]))
-    print(row("B runner + recording + persistence, total", recorded["total"]))
-    print(row("A steps only (first step → last step)", bare["steps"]))
-    print(row("B steps only (first step → last record)", recorded["steps"]))
-    print(row("B Runner.run() returned", recorded["runner"]))
-    print(row("B writer drain after the run (sink.close)", recorded["drain"]))
-    ratio = statistics.median(recorded["total"]) / statistics.median(bare["total"])
-    steps_ratio = statistics.median(recorded["steps"]) / statistics.median(bare["steps"])
-    print(f"  median ratio B/A, total: {ratio:.2f}x   steps only: {steps_ratio:.2f}x")
+    print(row("A bare Playwright, total", a["total"]))
+    print(row("B runner + recording + persistence, total", b["total"]))
+    print(row("C bare Playwright + tracing, total", c["total"]))
+    print(row("A steps only (first step → last step)", a["steps"]))
+    print(row("B steps only (first step → last record)", b["steps"]))
+    print(row("C steps only (first step → last step)", c["steps"]))
+    print(row("B Runner.run() returned", b["runner"]))
+    print(row("B writer drain after the run (sink.close)", b["drain"]))
+    print(row("C writing the trace (tracing.stop)", c["trace_write"]))
+    print(row("C trace file (MiB)", c["trace_mib"]))
+    print(f"  {'medians (s)':<20} {'A':>7} {'B':>7} {'C':>7} {'B/A':>7} {'B/C':>7}")
+    for label, key in (("total", "total"), ("steps only", "steps")):
+        ma, mb, mc = (statistics.median(arm[key]) for arm in (a, b, c))
+        print(f"  {label:<20} {ma:7.3f} {mb:7.3f} {mc:7.3f} {mb / ma:6.2f}x {mb / mc:6.2f}x")
 
 
 if __name__ == "__main__":
