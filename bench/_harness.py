@@ -51,12 +51,15 @@ CREDENTIAL = "acme-portal"
 
 def engine_config(**fields: Any) -> EngineConfig:
     """The engine's defaults for a benchmark run without Django, with ``fields`` and with the
-    Chromium and the guest images the operator named where pandaweb's settings look for them
-    (``PANDAWEB_CHROMIUM``, ``PANDAWEB_MICROVM_IMAGE_DIR``)."""
+    Chromium, how it draws and the guest images the operator named where pandaweb's settings
+    look for them (``PANDAWEB_CHROMIUM``, ``PANDAWEB_BEGIN_FRAME``,
+    ``PANDAWEB_MICROVM_IMAGE_DIR``)."""
     default = EngineConfig()
     images = os.environ.get("PANDAWEB_MICROVM_IMAGE_DIR", "").strip()
     named: dict[str, Any] = {
         "chromium": os.environ.get("PANDAWEB_CHROMIUM", "").strip(),
+        # EngineConfig refuses a mode it does not know.
+        "begin_frame": os.environ.get("PANDAWEB_BEGIN_FRAME", "").strip() or default.begin_frame,
         "microvm_image_dir": Path(images).expanduser() if images else default.microvm_image_dir,
     }
     return replace(default, **{**named, **fields})
