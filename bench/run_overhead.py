@@ -175,17 +175,23 @@ def profiled_runner_class() -> type[Any]:
                 PROFILE.add("act", time.perf_counter() - t0)
                 PROFILE.phase = ""
 
-    # The runner captures through the module's function: the phase is set around it there.
+    # The runner captures through the module's function: the phase is set around it there,
+    # once for the whole benchmark; the warm-up of the next scenario runs without a profile.
     capture = capturing.capture
+    if getattr(capture, "profiled", False):
+        return ProfiledRunner
 
     def capture_phase(runner: Any, record: Any, *, touched_page: bool, watch: bool = True) -> None:
-        assert PROFILE is not None
+        if PROFILE is None:
+            capture(runner, record, touched_page=touched_page, watch=watch)
+            return
         PROFILE.phase = "capture"
         try:
             capture(runner, record, touched_page=touched_page, watch=watch)
         finally:
             PROFILE.phase = ""
 
+    capture_phase.profiled = True  # type: ignore[attr-defined]
     capturing.capture = capture_phase
     return ProfiledRunner
 
