@@ -21,7 +21,7 @@ from django.conf import settings
 from PIL import Image
 
 from sessions.engine import recording
-from sessions.engine.chromium import find_chromium, is_headless_shell
+from sessions.engine.chromium import browser_label, find_chromium, is_headless_shell
 from sessions.engine.driver import frames, with_browser
 from sessions.engine.egress_policy import EgressPolicy
 from sessions.engine.frames import FramePump
@@ -291,3 +291,13 @@ def test_only_a_browser_that_draws_on_request_gets_a_pump_and_it_draws_only_whil
     assert 3 <= drawn <= 30
     with sandbox_url(site, tmp_path, begin_frame="off") as free:
         assert FramePump.start(free) is None
+
+
+def test_the_browser_is_named_in_words_from_what_it_says_of_itself() -> None:
+    assert (
+        browser_label("HeadlessChrome/156.0.8078.114") == "Chromium headless shell 156.0.8078.114"
+    )
+    assert browser_label("Chrome/156.0.8078.114") == (
+        "Chromium 156.0.8078.114 (headless mode of the desktop browser)"
+    )
+    assert browser_label("Firefox/140.0") == "Firefox/140.0"

@@ -79,6 +79,9 @@ def test_the_demo_workflow_runs_to_its_irreversible_step_and_stops_there(
     assert run.status == Run.Status.AWAITING_APPROVAL, [(s.step_id, s.error) for s in steps]
     assert run.approvals.get().step_id == "submit-payment"
     assert [s.status for s in steps] == ["succeeded"] * 13
+    # The run page says which browser ran and how it drew.
+    assert run.sandbox_facts["browser"].startswith("Chromium ")
+    assert run.sandbox_facts["frames"]
     assert run.outputs["total"] == amount
     assert fetch_json(f"{portal}/api/payments") == []
     csv = run.artifacts.get(name="invoice_csv")
