@@ -218,8 +218,10 @@ class FramePump:
             self.drawing_on_request = str(version.get("Browser", "")).startswith("HeadlessChrome")
             self._decided.set()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._decided.wait(), self.answer_seconds)
-        return bool(self.drawing_on_request)
+            await asyncio.wait_for(self._decided.wait(), self.answer_seconds / 5)
+        # A browser that draws on its own refuses the first frame at once; one whose frame is
+        # not answered yet is one that draws on request, behind a dialog for instance.
+        return self.drawing_on_request is not False
 
     async def _close(self) -> None:
         for page in list(self._pages.values()):
