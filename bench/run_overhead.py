@@ -137,7 +137,8 @@ def install_profiling() -> None:
     )
     # Only the screenshot taken for the record counts here; a screenshot step's own picture is
     # part of "act" (the baseline takes it too). The record's picture is the watch's one
-    # Page.captureScreenshot; with fields to mask, the watch's masked picture (its box reads
+    # frame drawn with a screenshot (Page.captureScreenshot on a browser that draws on its own
+    # clock); with fields to mask, the watch's masked picture (its box reads
     # included, so they are not "read"), or Playwright's masked one where the watch cannot
     # place the masks.
     Page.screenshot = _timed("screenshot", Page.screenshot, capture_only=True)  # type: ignore[method-assign]

@@ -74,7 +74,7 @@ def frames(browser: Browser) -> FramePump | None:
 def _connect(cdp_url: str, artifacts_dir: str | None, timeout_ms: float) -> Browser:
     # The pump first: on a browser that draws on request, nothing that waits for a frame may
     # start before frames come.
-    pump = FramePump.start(cdp_url, time_scale=timeout_ms / _CONNECT_MS)
+    pump = FramePump.open(cdp_url, time_scale=timeout_ms / _CONNECT_MS)
     try:
         try:
             browser = _driver().chromium.connect_over_cdp(

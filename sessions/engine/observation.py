@@ -27,6 +27,7 @@ screenshot. Password inputs are found by code in the page, which a hostile page 
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
 import json
 import math
@@ -40,7 +41,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Locator, Page
 
 from sessions.engine.aria_snapshot import SnapshotNode
-from sessions.engine.frames import FramePump
+from sessions.engine.frames import FramePump, FramesError
 from sessions.engine.reading import (
     GROUP_ROLES,
     MESSAGE_ROLES,
@@ -483,14 +484,28 @@ class PageWatch:
         mask: a picture with something to hide goes through Playwright's."""
         if self._session is None:
             self._session = self.page.context.new_cdp_session(self.page)
-        if self.frames is not None:
+        if self.frames is not None and self.frames.drawing_on_request is not False:
             if self._target is None:
                 self._target = self._session.send("Target.getTargetInfo")["targetInfo"]["targetId"]
-            return self.frames.picture(self._target, quality=quality)
+            try:
+                return self._frame_picture(self.frames.picture(self._target, quality=quality))
+            except FramesError:
+                if self.frames.drawing_on_request is not False:
+                    raise
         answer = self._session.send(
             "Page.captureScreenshot", {"format": "jpeg", "quality": quality}
         )
         return base64.b64decode(answer["data"])
+
+    def _frame_picture(self, picture: concurrent.futures.Future[bytes]) -> bytes:
+        # Waited for in slices, letting Playwright serve its events in between: a dialog opened
+        # while the frame was drawn holds the frame until someone answers it, and the runner's
+        # answer comes through Playwright's event on this thread.
+        while True:
+            try:
+                return picture.result(timeout=0.02)
+            except concurrent.futures.TimeoutError:
+                self.page.wait_for_timeout(1)
 
     def masked_screenshot(self, mask_paths: Sequence[str], *, quality: int) -> bytes | None:
         """A JPEG of the viewport with the fields at ``mask_paths`` (``Snapshot.mask_paths``)
@@ -499,8 +514,8 @@ class PageWatch:
         was taken.
 
         The boxes are read in this watch's isolated world, where the page's scripts cannot
-        change what ``getBoundingClientRect`` says, before and after one
-        ``Page.captureScreenshot``. Playwright's masked ``page.screenshot`` draws overlays
+        change what ``getBoundingClientRect`` says, before and after one picture
+        (``screenshot``). Playwright's masked ``page.screenshot`` draws overlays
         into the page and removes them again (a third of a second on a login page), and
         the overlays are changes the change counter sees."""
         if len(self.page.frames) > 1:

@@ -30,7 +30,7 @@ import aiohttp
 from PIL import Image, ImageDraw
 
 from sessions.engine.chromium import browser_websocket_url
-from sessions.engine.frames import FRAME_INTERVAL_MS, drawing, not_drawn_on_request
+from sessions.engine.frames import FramePump, FramesError
 
 # Playwright paints masked elements in this colour; live frames look the same.
 MASK_COLOUR = (255, 0, 255)
@@ -253,9 +253,10 @@ class BrowserTap:
         self._frames: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=2)
         self._cast: dict[str, Any] = {}
         self._framer: asyncio.Task[None] | None = None
-        self._pumper: asyncio.Task[None] | None = None
-        # Frames the tap asked a browser that draws only on request for (see frames).
-        self.frames_asked = 0
+        # Where the browser draws only on request (``sessions.engine.frames``): the process's
+        # pump for it, shared with the runner's connection, drawing while the tap is open so that
+        # the cast shows the page and a person's clicks reach a drawn page.
+        self._pump: FramePump | None = None
 
     # Connection ----------------------------------------------------------------------------
 
@@ -277,7 +278,13 @@ class BrowserTap:
             raise CdpError(f"the run's browser did not answer at {self.cdp_url}: {exc}") from None
         self._reader = asyncio.create_task(self._read())
         self._framer = asyncio.create_task(self._frame_loop())
-        self._pumper = asyncio.create_task(self._pump())
+        try:
+            self._pump = await asyncio.to_thread(
+                FramePump.open, self.cdp_url, time_scale=self._answer_seconds / 10.0
+            )
+        except FramesError as exc:
+            await self.close()
+            raise CdpError(str(exc)) from None
         try:
             await self.attach()
         except CdpError:
@@ -288,7 +295,7 @@ class BrowserTap:
         if self._blocked is not None:
             self._blocked.cancel()
             self._blocked = None
-        for task in (self._reader, self._framer, self._pumper):
+        for task in (self._reader, self._framer):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -298,6 +305,9 @@ class BrowserTap:
         if self._http is not None:
             await self._http.close()
         self._socket = self._http = None
+        pump, self._pump = self._pump, None
+        if pump is not None:
+            await asyncio.to_thread(pump.close)
         self.casting = False
 
     async def attach(self) -> None:
@@ -566,30 +576,6 @@ class BrowserTap:
             self.frames_shown += 1
             self.mask_seconds += cpu
             await self.on_frame(frame)
-
-    async def _pump(self) -> None:
-        """Frames for the watched page while the tap is open, where the browser draws only on
-        request (``sessions.engine.frames``): the cast shows a page as it is drawn, and a
-        person's clicks need the page drawn. Ends at once on a browser that draws by itself.
-        Nothing while the runner's pump in this process draws the browser: two clients drawing
-        two pages at once crash its GPU process."""
-        interval = FRAME_INTERVAL_MS / 1000
-        while True:
-            session = self._session
-            if session and self._blocked is None and not drawing(self.cdp_url):
-                try:
-                    # Patient: behind a dialog the frame comes once the dialog is answered.
-                    await self.call(
-                        "HeadlessExperimental.beginFrame",
-                        {"interval": FRAME_INTERVAL_MS},
-                        session=session,
-                        patient=True,
-                    )
-                    self.frames_asked += 1
-                except CdpError as exc:
-                    if not_drawn_on_request(str(exc)):
-                        return
-            await asyncio.sleep(interval)
 
     async def secret_fields_now(self) -> dict[str, Any]:
         """The boxes of secret fields now, and whether the focus is in one ('secret'), in a

@@ -13,7 +13,7 @@ from sessions.engine.frames import FramePump
 
 def connect_drawing(playwright: Playwright, cdp_url: str, **options: Any) -> Browser:
     """``connect_over_cdp`` with a frame pump for as long as the connection lasts."""
-    pump = FramePump.start(cdp_url, time_scale=options.get("timeout", 15_000) / 15_000)
+    pump = FramePump.open(cdp_url, time_scale=options.get("timeout", 15_000) / 15_000)
     try:
         browser = playwright.chromium.connect_over_cdp(cdp_url, **options)
     except BaseException:

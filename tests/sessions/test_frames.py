@@ -5,12 +5,14 @@ served on loopback, run through a local sandbox behind the egress proxy."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,6 +32,7 @@ from sessions.engine.proxy import EgressProxy
 from sessions.engine.runner import Runner
 from sessions.engine.sandbox.base import BEGIN_FRAME, FREE_RUNNING, SandboxSpec
 from sessions.engine.sandbox.local import LocalBackend
+from sessions.engine.screencast import BrowserTap, Frame
 
 pytestmark = pytest.mark.browser
 
@@ -67,6 +70,10 @@ Continue</button>""",
     # A second page, opened by the first: both are drawn, one frame at a time.
     "/opener": """<!doctype html><title>Opener</title>
 <a href="/raf-button" target="_blank">Open the form</a>""",
+    # A dialog opened from an animation frame: the frame that runs it waits for its answer.
+    "/raf-dialog": """<!doctype html><title>Save</title><main>
+<button onclick="requestAnimationFrame(() => { alert('Saved'); document.querySelector('main')
+  .insertAdjacentHTML('beforeend', '<h2>Done</h2>'); })">Save</button></main>""",
     # The button exists only after two animation frames.
     "/raf-button": """<!doctype html><title>Later</title><main></main>
 <script>
@@ -272,6 +279,59 @@ def test_a_page_opened_by_another_is_drawn_too(
     assert records["gone"].screenshot
 
 
+def test_a_dialog_opened_in_an_animation_frame_is_answered_and_the_step_pictured(
+    drawn_on_request: str, site: str, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    records = run(
+        drawn_on_request,
+        [
+            {"id": "open", "type": "goto", "url": f"{site}/raf-dialog"},
+            {"id": "save", "type": "click", "target": {"role": "button", "name": "Save"}},
+            {"id": "done", "type": "wait_for", "text": "Done"},
+        ],
+        tmp_path,
+    )
+
+    assert not any(record.error for record in records.values())
+    assert records["done"].screenshot
+    # Answered as it came, not at a picture's deadline (10 s).
+    assert time.monotonic() - started < 8
+
+
+def test_the_live_view_and_the_runner_draw_one_frame_at_a_time(
+    drawn_on_request: str, site: str
+) -> None:
+    # The tap and every connection of the runner share the process's pump: connections coming
+    # and going while the tap casts a browser with two pages never put two frames in flight.
+    def two_pages(browser: Any) -> None:
+        browser.contexts[0].pages[0].goto(f"{site}/endless")
+        browser.contexts[0].new_page().goto(f"{site}/endless")
+
+    with_browser(drawn_on_request, two_pages)
+
+    async def cast_while_connecting() -> int:
+        shown: list[Frame] = []
+
+        async def on_frame(frame: Frame) -> None:
+            shown.append(frame)
+
+        tap = BrowserTap(drawn_on_request, secret_values=[], secret_fields=[], on_frame=on_frame)
+        await tap.open()
+        try:
+            await tap.start(fps=10)
+            for _ in range(12):
+                await asyncio.to_thread(with_browser, drawn_on_request, lambda browser: None)
+            await asyncio.sleep(0.3)
+        finally:
+            await tap.close()
+        return len(shown)
+
+    # On a thread of its own: a sync Playwright of this session may hold this thread's loop.
+    with ThreadPoolExecutor(max_workers=1) as apart:
+        assert apart.submit(asyncio.run, cast_while_connecting()).result() > 0
+
+
 def test_only_a_browser_that_draws_on_request_gets_a_pump_and_it_draws_only_while_connected(
     drawn_on_request: str, site: str, tmp_path: Path
 ) -> None:
@@ -290,7 +350,7 @@ def test_only_a_browser_that_draws_on_request_gets_a_pump_and_it_draws_only_whil
     # Display pace is 60 a second; a loaded machine draws fewer, but never none.
     assert 3 <= drawn <= 30
     with sandbox_url(site, tmp_path, begin_frame="off") as free:
-        assert FramePump.start(free) is None
+        assert FramePump.open(free) is None
 
 
 def test_the_browser_is_named_in_words_from_what_it_says_of_itself() -> None:
