@@ -575,8 +575,7 @@ def capacity(*, expiring_within: timedelta = timedelta(minutes=15)) -> Capacity:
     hosts: dict[str, int] = {}
     live = Run.objects.filter(status__in=Run.ACTIVE).exclude(sandbox=None)
     for record in live.values_list("sandbox", flat=True)[:5000]:
-        owner = (record or {}).get("owner") or {}
-        host = str(owner.get("host") or "unknown")
+        host = str((record or {}).get("host") or "unknown")
         hosts[host] = hosts.get(host, 0) + 1
     soon = timezone.now() + expiring_within
     return Capacity(

@@ -440,3 +440,15 @@ def test_htmx_swaps_push_the_tidy_address_and_the_workflow_page_stays_put(
     assert "<html" not in results.content.decode()
     assert "HX-Push-Url" not in embedded
     assert 'id="workflow-runs"' in embedded.content.decode()
+
+
+def test_the_system_page_counts_live_sandboxes_by_the_host_they_run_on(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    for host in ("worker-a", "worker-a", "worker-b"):
+        run = launch(operator, demo_workflow)
+        Run.objects.filter(pk=run.pk).update(
+            status=Run.Status.RUNNING, sandbox={"backend": "local", "host": host}
+        )
+
+    assert console.capacity().sandboxes_by_host == [("worker-a", 2), ("worker-b", 1)]
