@@ -127,3 +127,20 @@ def test_a_reviewer_decides_on_a_phone_without_scrolling_sideways_or_past_the_ti
             raise
         finally:
             context.close()
+
+
+def test_the_tokens_and_audit_pages_fit_a_phone_with_a_token_and_events(
+    page: Page, stack: Stack
+) -> None:
+    page.set_viewport_size(PHONE)
+    log_in(page, stack, Role.ADMINS)
+    page.goto(f"{stack.url}/account/tokens/")
+    page.get_by_label("Name").fill("nightly ERP export with a long descriptive name")
+    page.locator("input[name=scopes]:not([disabled])").first.check()
+    page.get_by_role("button", name="Make token").click()
+    expect(page.get_by_role("columnheader", name="State")).to_be_visible()
+    assert_no_sideways_scroll(page)
+
+    page.goto(f"{stack.url}/audit/")
+    expect(page.locator("#audit-table tbody tr").first).to_be_visible()
+    assert_no_sideways_scroll(page)
