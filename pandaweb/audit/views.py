@@ -156,15 +156,15 @@ def _index_context(request: AuthenticatedRequest) -> dict[str, Any]:
         form.is_valid()
     filters = form.filters()
     data = form.cleaned_data if form.is_bound else {}
-    page = selectors.audit_page(
-        selectors.audit_events(filters), before=data.get("before"), after=data.get("after")
-    )
+    matching = selectors.audit_events(filters)
+    page = selectors.audit_page(matching, before=data.get("before"), after=data.get("after"))
     labels = {name: str(field.label) for name, field in form.fields.items()}
     return {
         "form": form,
         "filters": filters,
         "export_filters": [(name, labels[name], value) for name, value in form.applied()],
         "rows": [_row(event) for event in page.events],
+        "total": matching.count(),
         "page": page,
         "newer_query": form.query(after=page.newer_than) if page.newer_than else "",
         "older_query": form.query(before=page.older_than) if page.older_than else "",

@@ -216,6 +216,9 @@ def test_the_trail_lists_events_newest_first_with_links_details_and_short_hashes
     assert f'href="/audit/runs/{run.pk}/"' in body
     assert f'href="/approvals/{decided.approval_id}/"' in body
     assert f">{decided.hash[:12]}</code>" in body
+    # The whole hash and its predecessor are readable, not only in a hover title.
+    assert f'<code class="hash-full">{decided.hash}</code>' in body
+    assert f'<code class="hash-full">{decided.prev_hash}</code>' in body
     assert APPROVE_REASON in body  # the decision's "after" JSON, in its <details>
     assert "rory" in body
 
@@ -330,6 +333,8 @@ def test_pages_of_fifty_walk_back_and_forth_by_sequence(compliance: User) -> Non
 
     first = client.get("/audit/?action=page.test").content.decode()
     assert sequences(first) == newest_first[:50]
+    # The total of the filter, not of the page.
+    assert "120 events match these filters." in first
     assert "Newer" not in first
     older = re.search(r'href="(/audit/\?action=page.test&amp;before=\d+)"', first)
     assert older is not None
