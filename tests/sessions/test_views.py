@@ -7,7 +7,7 @@ from django.test import Client
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
 from sessions import services
-from sessions.models import Run
+from sessions.models import Artifact, Run
 from tests.factories import user_with_role
 from workflows.models import Workflow
 
@@ -195,5 +195,21 @@ def test_a_finished_run_without_outputs_says_so(operator: User, demo_workflow: W
 
     assert "none yet" in client.get(f"/runs/{running.pk}/").content.decode()
     page = client.get(f"/runs/{finished.pk}/").content.decode()
-    assert '<dd class="muted">No outputs</dd>' in page
+    assert '<p class="muted">No outputs</p>' in page
     assert "none yet" not in page
+
+
+def test_a_run_s_files_show_their_whole_sha256(operator: User, demo_workflow: Workflow) -> None:
+    run = launched(operator, demo_workflow)
+    digest = "ab" * 32
+    Artifact.objects.create(
+        run=run, step_index=0, name="invoice_csv", filename="invoice.csv",
+        path="files/invoice.csv", sha256=digest, size=120,
+    )  # fmt: skip
+    client = Client()
+    client.force_login(operator)
+
+    assert (
+        f'<code class="hash-full">{digest}</code>'
+        in client.get(f"/runs/{run.pk}/").content.decode()
+    )
