@@ -247,8 +247,15 @@ def triage_compare(request: AuthenticatedRequest) -> HttpResponse:
 
 def run_rerun_context(run: Run, user: Any) -> dict[str, Any]:
     """The run page's re-run panel: which steps a failed run may continue from, and why not."""
+    checks = console_services.run_continue_checks(run)
+    sentences = selectors.run_live_steps(run)[0] if checks else []
+    ids = [step.get("id") for step in (run.version.document or {}).get("steps", [])]
+    failed = ids.index(run.failure_step) if run.failure_step in ids else None
     return {
         "can_rerun": user_can(user, Capability.LAUNCH_RUNS) and not run.workflow.archived,
-        "continue_checks": console_services.run_continue_checks(run),
+        "continue_checks": [
+            {"check": check, "sentence": sentences[check.index], "failed": check.index == failed}
+            for check in checks
+        ],
         "reruns": list(run.reruns.order_by("-pk").values_list("pk", flat=True)[:20]),
     }

@@ -307,7 +307,16 @@ def test_it_refuses_to_continue_past_an_approved_irreversible_step(
     assert "reconcile" in checks[14].reason
     assert not Run.objects.filter(rerun_of=original).exists()
     page = client_for(operator).get(f"/runs/{original.pk}/").content.decode()
-    assert "Step 15: not possible" in page
+    # Each step named, the one that failed marked, none past the approved payment offered.
+    assert (
+        f'<a href="/runs/{original.pk}/again/?start=13">Continue from step 14</a>: '
+        "Click the button &#x27;Submit payment&#x27; — irreversible"
+    ) in page
+    assert "Step 15, Wait until " in page
+    assert "not possible" in page
+    assert '<li class="continue-failed">' in page
+    assert page.count("this step failed") == 1
+    assert "/again/?start=14" not in page
 
 
 def test_a_reconciled_run_may_continue_past_its_irreversible_step(
