@@ -287,7 +287,12 @@ def test_a_dialog_opened_in_an_animation_frame_is_answered_and_the_step_pictured
         drawn_on_request,
         [
             {"id": "open", "type": "goto", "url": f"{site}/raf-dialog"},
-            {"id": "save", "type": "click", "target": {"role": "button", "name": "Save"}},
+            {
+                "id": "save",
+                "type": "click",
+                "target": {"role": "button", "name": "Save"},
+                "dialog": "accept",
+            },
             {"id": "done", "type": "wait_for", "text": "Done"},
         ],
         tmp_path,
