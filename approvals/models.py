@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from django.conf import settings
 from django.db import models
 
@@ -78,6 +80,16 @@ class ApprovalRequest(models.Model):
 
     def __str__(self) -> str:
         return f"Approval request #{self.pk} ({self.get_status_display()})"
+
+    @property
+    def action_summary(self) -> str:
+        """The action with the page named by its host: lists have no room for a whole address,
+        which the decision page shows."""
+        url = str((self.evidence or {}).get("url") or "")
+        suffix = f" on {url}"
+        if url and self.action.endswith(suffix):
+            return f"{self.action.removesuffix(suffix)} on {urlsplit(url).netloc or url}"
+        return self.action
 
     @property
     def approvals_count(self) -> int:

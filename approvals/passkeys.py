@@ -12,7 +12,7 @@ import hashlib
 import json
 import secrets
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -25,6 +25,7 @@ from webauthn.helpers import base64url_to_bytes
 from webauthn.helpers.exceptions import InvalidAuthenticationResponse
 from webauthn.helpers.structs import PublicKeyCredentialDescriptor, UserVerificationRequirement
 
+from approvals.facts import approval_amount
 from approvals.models import ApprovalRequest
 from pandaweb.reviewers.models import Passkey, StepUpChallenge
 from pandaweb.reviewers.passkeys import expected_origin, rp_id
@@ -40,21 +41,6 @@ class StepUpRefused(Exception):
 def approval_policy(approval: ApprovalRequest) -> ApprovalPolicy:
     """The approval settings of the (immutable) version the run executes."""
     return approval.run.version.settings_model.approval
-
-
-def approval_amount(approval: ApprovalRequest) -> tuple[Decimal, str] | None:
-    """The request's amount: the value of the workflow's money parameter frozen in the evidence
-    (None when the workflow has none or the value is not a number)."""
-    document = approval.run.version.document or {}
-    inputs = (approval.evidence or {}).get("inputs") or {}
-    for parameter in document.get("parameters", []):
-        if parameter.get("type") == "money" and parameter.get("name") in inputs:
-            text = str(inputs[parameter["name"]]).replace(",", "").replace(" ", "")
-            try:
-                return Decimal(text), str(parameter.get("currency") or "")
-            except InvalidOperation:
-                return None
-    return None
 
 
 def passkey_required(approval: ApprovalRequest) -> bool:

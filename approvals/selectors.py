@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -9,7 +8,6 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from approvals.crop import crop_around
 from approvals.models import (
     ApprovalComment,
     ApprovalDecision,
@@ -22,7 +20,6 @@ from pandaweb.audit.models import AuditEvent
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability, Role
 from sessions.models import Run, StepResult
-from sessions.services.runstate import run_files_dir
 from workflows.models import Workflow
 
 QUEUE_LIMIT = 200
@@ -271,26 +268,6 @@ def approval_decidable_by(user: Any) -> QuerySet[ApprovalRequest]:
         .exclude(Q(run__version__author=user) & Q(author_may_approve=False))
         .order_by("created_at", "pk")
     )
-
-
-def approval_target_crop(approval: ApprovalRequest) -> str:
-    """The run-relative path of the close-up of the target, cut once from the outlined picture
-    and kept beside it; "" when there is no box or no picture."""
-
-    box = ((approval.evidence or {}).get("target") or {}).get("box")
-    if not box or not approval.outlined or not box.get("width") or not box.get("height"):
-        return ""
-    root = run_files_dir(approval.run_id)
-    outlined = root / approval.outlined
-    cropped = outlined.with_name(outlined.name.removesuffix(".outlined.png") + ".target.png")
-    if not cropped.is_file():
-        if not outlined.is_file():
-            return ""
-        # Written to a temporary name and renamed, so two viewers never serve half a file.
-        partial = cropped.with_suffix(f".{uuid.uuid4().hex}.part")
-        partial.write_bytes(crop_around(outlined.read_bytes(), box))
-        partial.replace(cropped)
-    return str(cropped.relative_to(root))
 
 
 def approval_comments(approval: ApprovalRequest) -> QuerySet[ApprovalComment]:

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from approvals import passkeys
 from approvals.events import publish_pending_changed
+from approvals.facts import facts_line
 from approvals.models import ApprovalComment, ApprovalDecision, ApprovalRequest, ReviewerAbsence
 from approvals.policy import approval_refusal
 from approvals.questions import question_expire_due, question_remind_due, question_void_pending
@@ -152,9 +153,13 @@ def _notify_reviewers(approval: ApprovalRequest) -> None:
 
 
 def _mail_body(approval: ApprovalRequest, lead: str = "") -> str:
+    """The message's first line is what a push shows: the facts to decide on, where the
+    workflow declares them."""
     run = approval.run
+    facts = facts_line(approval)
+    head = f"{lead}{facts}\n" if facts else lead
     return (
-        f"{lead}{approval.action}\n\nRequested by run #{run.pk}, launched by "
+        f"{head}{approval.action}\n\nRequested by run #{run.pk}, launched by "
         f"{run.launched_by.get_username()}.\nDecide before {approval.expires_at:%Y-%m-%d %H:%M} "
         f"UTC: {settings.PANDAWEB_BASE_URL}/approvals/{approval.pk}/\n"
     )

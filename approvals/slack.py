@@ -10,7 +10,6 @@ card showed, so a card for old evidence cannot approve new evidence.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 from pathlib import Path
@@ -22,8 +21,10 @@ from django.utils import timezone
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from approvals.closeup import approval_target_crop
+from approvals.facts import approval_facts, facts_line
 from approvals.models import ApprovalDecision, ApprovalRequest, Question
-from approvals.passkeys import approval_amount, passkey_required
+from approvals.passkeys import passkey_required
 from pandaweb.reviewers.models import (
     SlackCard,
     SlackQuestionMessage,
@@ -61,31 +62,22 @@ def card_image_approval(token: str) -> int | None:
 
 
 def card_image(approval: ApprovalRequest) -> bytes:
-    """The outlined screenshot cropped to the target and its surroundings (PNG)."""
-    from PIL import Image
-
-    path = Path(run_files_dir(approval.run_id)) / (approval.outlined or approval.screenshot)
-    picture: Image.Image = Image.open(path)
-    box = ((approval.evidence or {}).get("target") or {}).get("box")
-    if box:
-        margin = 160
-        left = max(0, int(box["x"]) - margin)
-        top = max(0, int(box["y"]) - margin // 2)
-        right = min(picture.width, int(box["x"] + box["width"]) + margin)
-        bottom = min(picture.height, int(box["y"] + box["height"]) + margin // 2)
-        if right > left and bottom > top:
-            picture = picture.crop((left, top, right, bottom))
-    out = io.BytesIO()
-    picture.save(out, format="PNG")
-    return out.getvalue()
+    """The close-up the decision page shows first (the target with its dialog or form), or the
+    outlined picture where there is no target to cut around (PNG)."""
+    root = Path(run_files_dir(approval.run_id))
+    crop = approval_target_crop(approval)
+    return (root / (crop or approval.outlined or approval.screenshot)).read_bytes()
 
 
-def _amount_text(approval: ApprovalRequest) -> str:
-    amount = approval_amount(approval)
-    if amount is None:
-        return "—"
-    value, currency = amount
-    return f"{value:,.2f} {currency}".strip()
+def _fact_fields(approval: ApprovalRequest) -> list[dict[str, str]]:
+    """The facts a reviewer decides on, each with the page's disagreement where there is one."""
+    fields = []
+    for fact in approval_facts(approval):
+        text = f"*{fact.label}*\n{_escape(fact.text)}"
+        if fact.warning:
+            text += f"\n:warning: {_escape(fact.warning)}"
+        fields.append({"type": "mrkdwn", "text": text})
+    return fields
 
 
 def card_state(approval: ApprovalRequest) -> str:
@@ -103,7 +95,8 @@ def card_blocks(approval: ApprovalRequest) -> tuple[str, list[dict[str, Any]]]:
     link = f"{settings.PANDAWEB_BASE_URL}/approvals/{approval.pk}/"
     expires = int(approval.expires_at.timestamp())
     title = f"Approval needed: {run.workflow.name} (run #{run.pk})"
-    fallback = f"{title}: {approval.action}"
+    facts = facts_line(approval)
+    fallback = f"{title}: {facts} — {approval.action}" if facts else f"{title}: {approval.action}"
     target = (approval.evidence or {}).get("target") or {}
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
@@ -111,7 +104,7 @@ def card_blocks(approval: ApprovalRequest) -> tuple[str, list[dict[str, Any]]]:
         {
             "type": "section",
             "fields": [
-                {"type": "mrkdwn", "text": f"*Amount*\n{_amount_text(approval)}"},
+                *_fact_fields(approval),
                 {
                     "type": "mrkdwn",
                     "text": f"*Launched by*\n{_escape(run.launched_by.get_username())}",

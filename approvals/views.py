@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 
 from approvals import questions, selectors, services
+from approvals.closeup import approval_target_crop
 from approvals.forms import AwayForm
 from approvals.models import ApprovalDecision, ApprovalRequest, ReviewerAbsence
 from approvals.passkeys import passkey_required
@@ -190,7 +191,7 @@ def _detail_context(
     )
     return {
         **_panel_context(request, approval, **panel),
-        "target_crop": selectors.approval_target_crop(approval),
+        "target_crop": approval_target_crop(approval),
         "history": selectors.approval_history(approval),
         "handover_people": [p for p in people if p.pk != request.user.pk],
         "handover_groups": groups,

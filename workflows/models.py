@@ -6,7 +6,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.functional import cached_property
 
-from workflows.schema import WorkflowSettings
+from workflows.schema import FactSource, Parameter, WorkflowSettings, decision_fact_sources
 
 
 class Credential(models.Model):
@@ -54,8 +54,8 @@ class Workflow(models.Model):
     approval_remind_before_minutes = models.PositiveIntegerField(default=0)
     approval_escalate_after_minutes = models.PositiveIntegerField(default=0)
     approval_escalation_group = models.CharField(max_length=150, blank=True)
-    # The approval policy's chat and passkey options (``schema.APPROVAL_REACH_OPTIONS``), only
-    # those that differ from the defaults.
+    # The approval policy's chat and passkey options and decision facts
+    # (``schema.APPROVAL_REACH_OPTIONS``), only those that differ from the defaults.
     approval_reach = models.JSONField(default=dict, blank=True)
     # The filmstrip options (``schema.RECORDING_OPTIONS``), only those that differ from the
     # defaults (docs/live-view.md).
@@ -154,6 +154,14 @@ class WorkflowVersion(models.Model):
         """The version's settings, typed: what services read (the defaults live in the schema
         and nowhere else). A published document was validated, so this does not fail for one."""
         return WorkflowSettings.model_validate((self.document or {}).get("settings") or {})
+
+    @cached_property
+    def decision_fact_sources(self) -> list[FactSource]:
+        """Where this version's runs find the facts a reviewer decides on."""
+        parameters = [
+            Parameter.model_validate(p) for p in (self.document or {}).get("parameters", [])
+        ]
+        return decision_fact_sources(self.settings_model.approval.facts, parameters)
 
     @property
     def is_draft(self) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
@@ -61,6 +62,7 @@ STEP_EDITOR_FIELDS: dict[str, tuple[str, ...]] = {
 STRING_MAX_LENGTH_DEFAULT = 1_000
 STRING_MAX_LENGTH_CAP = 10_000
 OTHER_MAX_LENGTH = 64
+CURRENCY_CODE = re.compile(r"[A-Z]{3}")
 _PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)", re.ASCII)
 
 
@@ -208,9 +210,38 @@ def _coerce_bool(raw: Any) -> bool:
 # The document -----------------------------------------------------------------------------------
 
 
-# The approval options that reach reviewers outside the page (chat, passkeys); a workflow keeps
-# them together, beside its quorum and expiry.
-APPROVAL_REACH_OPTIONS = ("slack_channel", "passkey", "passkey_above_amount")
+# The approval options that reach reviewers outside the page (chat, passkeys) and the facts they
+# decide on; a workflow keeps them together, beside its quorum and expiry.
+APPROVAL_REACH_OPTIONS = ("slack_channel", "passkey", "passkey_above_amount", "facts")
+
+
+# What a reviewer decides on, in the order every card shows them.
+DECISION_FACTS: dict[str, str] = {"amount": "Amount", "payee": "Payee", "reference": "Reference"}
+
+
+class DecisionFacts(Strict):
+    """Which values a reviewer decides on, each named by a parameter or an extracted output: every
+    card, list and message shows them as text, and the gate compares them with the page.
+
+    Without an ``amount``, the workflow's money parameter is the amount. ``currency`` is a code
+    (EUR) or names the value that holds it; a money parameter brings its own."""
+
+    amount: str | None = Field(default=None, pattern=IDENTIFIER)
+    currency: str | None = Field(default=None, pattern=r"^([A-Z]{3}|[a-z][a-z0-9_]{0,62})$")
+    payee: str | None = Field(default=None, pattern=IDENTIFIER)
+    reference: str | None = Field(default=None, pattern=IDENTIFIER)
+
+
+@dataclass(frozen=True)
+class FactSource:
+    """Where the run finds one decision fact: an input (``params``) or an output."""
+
+    fact: str  # a key of DECISION_FACTS
+    name: str
+    source: Literal["input", "output"]
+    money: bool = False
+    currency: str = ""  # a code, when known before the run
+    currency_from: str = ""  # or the input or output holding it
 
 
 class ApprovalPolicy(Strict):
@@ -232,6 +263,7 @@ class ApprovalPolicy(Strict):
     # (the workflow's money parameter) is above ``passkey_above_amount``.
     passkey: Literal["never", "always", "above"] = "never"
     passkey_above_amount: Decimal | None = Field(default=None, ge=0, decimal_places=2)
+    facts: DecisionFacts = Field(default_factory=DecisionFacts)
 
     @model_validator(mode="after")
     def _escalation_complete(self) -> ApprovalPolicy:
@@ -366,7 +398,78 @@ def document_problems(
     if document.session is not None:
         problems += _session_problems(document.session, scope)
     problems += _steps_problems(document.steps, ("steps",), scope)
+    problems += _facts_problems(document, scope.outputs)
     return problems
+
+
+def _facts_problems(document: WorkflowDocument, outputs: set[str]) -> list[Problem]:
+    facts = document.settings.approval.facts
+    parameters = {p.name: p for p in document.parameters}
+    here = ("settings", "approval", "facts")
+    problems = []
+    for fact in (*DECISION_FACTS, "currency"):
+        name = getattr(facts, fact)
+        if name is None or (fact == "currency" and CURRENCY_CODE.fullmatch(name)):
+            continue
+        if name not in parameters and name not in outputs:
+            problems.append(
+                Problem(
+                    path=(*here, fact),
+                    message=f"there is no parameter or extracted output '{name}'",
+                )
+            )
+    amount = parameters.get(facts.amount or "")
+    if amount is not None and amount.type not in ("money", "number"):
+        problems.append(
+            Problem(
+                path=(*here, "amount"),
+                message=f"the amount must be a money or number parameter; '{amount.name}' is "
+                f"a {amount.type}",
+            )
+        )
+    if amount is not None and amount.type == "money" and facts.currency is not None:
+        problems.append(
+            Problem(
+                path=(*here, "currency"),
+                message=f"'{amount.name}' is a money parameter in {amount.currency}: it needs "
+                "no currency",
+            )
+        )
+    return problems
+
+
+def decision_fact_sources(
+    facts: DecisionFacts, parameter_list: Sequence[Parameter]
+) -> list[FactSource]:
+    """Where a run finds each decision fact its workflow declares (the money parameter stands
+    for an undeclared amount)."""
+    parameters = {p.name: p for p in parameter_list}
+    amount_name = facts.amount or next((p.name for p in parameter_list if p.type == "money"), None)
+    sources = []
+    for fact in DECISION_FACTS:
+        name = amount_name if fact == "amount" else getattr(facts, fact)
+        if name is None:
+            continue
+        parameter = parameters.get(name)
+        currency, currency_from = "", ""
+        if fact == "amount":
+            if parameter is not None and parameter.type == "money":
+                currency = parameter.currency or ""
+            elif facts.currency and CURRENCY_CODE.fullmatch(facts.currency):
+                currency = facts.currency
+            else:
+                currency_from = facts.currency or ""
+        sources.append(
+            FactSource(
+                fact=fact,
+                name=name,
+                source="input" if parameter is not None else "output",
+                money=fact == "amount",
+                currency=currency,
+                currency_from=currency_from,
+            )
+        )
+    return sources
 
 
 def _session_problems(session: SessionSpec, scope: StepScope) -> list[Problem]:

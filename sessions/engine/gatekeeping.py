@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from playwright.sync_api import Error as PlaywrightError
 
+from sessions.engine import facts as decision_facts
 from sessions.engine import observation as observing
 from sessions.engine import wording
 from sessions.engine.plan import Gate
@@ -32,6 +33,11 @@ _TARGET_IDENTITY = """e => ({
   text: (e.innerText || e.value || '').trim().slice(0, 200),
   form_action: e.form ? (e.form.getAttribute('action') || '') : '',
 })"""
+
+_TARGET_CONTEXT = (
+    "xpath=ancestor::*[self::dialog or @role='dialog' or @role='alertdialog' or self::form "
+    "or self::fieldset][1]"
+)
 
 # The approval gate -----------------------------------------------------------------------
 
@@ -116,6 +122,12 @@ def gate_evidence(runner: Runner, index: int, step: StepBase) -> tuple[dict[str,
     if compared["target"] is not None:
         located = runner.locate(page, targets[0])
         compared["target"]["box"] = located.bounding_box(timeout=runner._scaled(5_000))
+        # The dialog or form around it: the reviewer's close-up keeps its words in.
+        context = located.locator(_TARGET_CONTEXT)
+        if context.count():
+            compared["target"]["context_box"] = context.first.bounding_box(
+                timeout=runner._scaled(5_000)
+            )
     # Lossless: this picture is what a person signs off on.
     screenshot = page.screenshot(
         type="png", mask=seen.masks or None, caret="initial", timeout=runner._scaled(10_000)
@@ -136,6 +148,8 @@ def gate_evidence(runner: Runner, index: int, step: StepBase) -> tuple[dict[str,
         "outputs": {key: wording.plain(value) for key, value in runner.outputs.items()},
         "observation": seen.observation.to_dict(),
     }
+    if runner.plan.facts:
+        evidence["facts"] = decision_facts.read_facts(runner, compared["page_text"])
     if runner._operators:
         evidence["operators"] = list(runner._operators)
     return evidence, screenshot

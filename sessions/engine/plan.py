@@ -19,7 +19,7 @@ from sessions.engine.steps.fill import FillStep
 from sessions.engine.steps.language import references
 from sessions.engine.steps.login import LoginStep
 from sessions.engine.vocabulary import PUBLIC_CREDENTIAL_FIELDS
-from workflows.schema import STEP_ADAPTER
+from workflows.schema import STEP_ADAPTER, FactSource
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,9 @@ class RunPlan:
     stop_index: int | None = None
     # In a rehearsal, more steps to record as skipped: step id → why, in words.
     skip: dict[str, str] = field(default_factory=dict)
+    # The facts a reviewer decides on (amount, payee, reference): read into every gate's
+    # evidence and compared with the page.
+    facts: tuple[FactSource, ...] = ()
 
 
 Status = Literal[

@@ -339,6 +339,7 @@ def _drive(
             else None,
             storage_state=fork.storage_state if fork else None,
             answer=answer,
+            facts=tuple(run.version.decision_fact_sources),
         )
         sink.approval_id = approval.pk if approval is not None else None
         feed = _live_feed(run_id, sandbox, steps, secrets_for_run, run_settings)

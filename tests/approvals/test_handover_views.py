@@ -60,7 +60,9 @@ def test_the_page_has_the_decision_bar_and_a_reject_sheet_without_javascript(
     assert 'id="reject-sheet" class="decide-form reject-form"' in body
     # The timeline is folded below the decision, and the amount is up in the head.
     assert body.index('id="decision-panel"') < body.index('<details class="approval-timeline"')
-    assert '<strong class="mono">547.70 EUR</strong>' in body
+    facts = body.index('<dl class="decision-facts decision-facts-large">')
+    assert facts < body.index('id="decision-panel"')
+    assert "<dt>Amount</dt><dd><strong>547.70 EUR</strong></dd>" in body[facts:]
 
 
 def test_a_rejection_without_a_reason_opens_the_sheet_again(

@@ -73,3 +73,49 @@ def test_the_options_reach_every_published_version_and_survive_the_settings_form
     workflow.refresh_from_db()
     assert workflow.approval_quorum == 2
     assert workflow.approval_reach == expected
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("facts", "message"),
+    [
+        ({"payee": "supplier"}, "there is no parameter or extracted output 'supplier'"),
+        ({"amount": "invoice"}, "the amount must be a money or number parameter"),
+        ({"amount": "amount", "currency": "USD"}, "is a money parameter in EUR"),
+        ({"reference": "Invoice"}, "should match pattern"),
+        ({"currency": "eur"}, "there is no parameter or extracted output 'eur'"),
+    ],
+)
+def test_it_refuses_decision_facts_that_name_nothing_the_run_has(
+    operator: User, acme_credential: Any, facts: dict[str, str], message: str
+) -> None:
+    text = yaml.safe_dump({"pandaweb": 1, **document(facts=facts)})
+    with pytest.raises(workflow_services.ImportRefused) as refused:
+        workflow_services.workflow_import(user=operator, text=text)
+    assert message in str(refused.value.problems)
+
+
+@pytest.mark.django_db
+def test_decision_facts_reach_the_version_and_its_runs(
+    operator: User, acme_credential: Any
+) -> None:
+    facts = {"amount": "total", "currency": "EUR", "payee": "iban", "reference": "invoice"}
+    workflow = publish(operator, document(facts=facts))
+    version = workflow.versions.get(number=1)
+    assert version.document is not None
+    assert version.document["settings"]["approval"]["facts"] == facts
+    assert [(s.fact, s.name, s.source, s.currency) for s in version.decision_fact_sources] == [
+        ("amount", "total", "output", "EUR"),
+        ("payee", "iban", "input", ""),
+        ("reference", "invoice", "input", ""),
+    ]
+
+
+@pytest.mark.django_db
+def test_without_declared_facts_the_money_parameter_is_the_amount(
+    operator: User, acme_credential: Any
+) -> None:
+    version = publish(operator, document()).versions.get(number=1)
+    assert [(s.fact, s.name, s.currency) for s in version.decision_fact_sources] == [
+        ("amount", "amount", "EUR")
+    ]

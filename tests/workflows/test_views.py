@@ -308,6 +308,7 @@ def test_the_settings_form_sets_reminders_and_escalation_for_the_next_version(
         "remind_before_minutes": 10,
         "escalate_after_minutes": 20,
         "escalation_group": "Admins",
+        "facts": {"payee": "iban", "reference": "invoice"},
     }
     # A version without them carries none of the new keys: its exports do not change.
     assert "remind_before_minutes" not in str(workflow.versions.get(number=1).document)
