@@ -48,7 +48,7 @@ from sessions.layer import (
     receive_group_on_this_loop,
     stop_receiving_group_on_this_loop,
 )
-from sessions.services.control import control_close, control_open
+from sessions.services.control import control_close, control_open, control_request_withdraw
 from sessions.services.runstate import RunError, run_files_dir
 
 logger = logging.getLogger(__name__)
@@ -439,7 +439,9 @@ class LiveFeed:
         if control is None or control.channel != channel or control.user_id != user_id:
             await self._refuse(channel, "you do not have control of this run")
             return
-        if action == "release":
+        if action == "release" and control.state == "pending":
+            await self._withdraw(control)
+        elif action == "release":
             await self._close_control(f"handed back by {control.username}")
         elif action == "input":
             data = dict(message.get("input") or {})
@@ -466,6 +468,13 @@ class LiveFeed:
             await self._refuse(control.channel, str(exc))
             await self._send_control()
             return None
+        if self._control is not control:
+            # Withdrawn while the session opened: it ends before the person has the browser.
+            await database_sync_to_async(control_close)(
+                session_id=session.pk, reason=f"request withdrawn by {control.username}",
+                inputs=[], navigated=False, typed=False, urls=[], frames=0,
+            )  # fmt: skip
+            return None
         control.session_id = session.pk
         control.state = "active"
         control.files = run_files_dir(self.run_id) / session.files_dir
@@ -473,6 +482,16 @@ class LiveFeed:
         await self._tick()
         await self._send_control()
         return control
+
+    async def _withdraw(self, control: _Control) -> None:
+        """The person who asked for control no longer wants it, before it began."""
+        # Dropped before the database is asked: the runner's next pause finds no request.
+        self._control = None
+        self._requested.clear()
+        await database_sync_to_async(control_request_withdraw)(
+            run_id=self.run_id, user_id=control.user_id, during_step=self.step_index
+        )
+        await self._send_control(note=f"request withdrawn by {control.username}")
 
     async def _close_control(self, reason: str) -> None:
         control = self._control

@@ -12,6 +12,7 @@ from sessions.services.control import (
     control_close,
     control_close_open_sessions,
     control_open,
+    control_request_withdraw,
 )
 from sessions.services.launch import (
     coerce_inputs,
@@ -70,6 +71,7 @@ __all__ = [
     "control_close",
     "control_close_open_sessions",
     "control_open",
+    "control_request_withdraw",
     "destroy_sandbox",
     "host_queue",
     "installation_tag",

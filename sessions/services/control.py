@@ -1,8 +1,9 @@
 """Take control: a person drives a running run's browser between two steps.
 
-Opening and closing a control session are state changes of the run: each is one transaction
-with the run's row locked, a RunEvent for the run page and an audit event. The database holds
-the one-controller rule (a unique open session per run), whichever process asks.
+Opening and closing a control session, and withdrawing a request for one before it opens, are
+state changes of the run: each is one transaction with the run's row locked, a RunEvent for the
+run page and an audit event. The database holds the one-controller rule (a unique open session
+per run), whichever process asks.
 """
 
 from __future__ import annotations
@@ -63,6 +64,31 @@ def control_open(*, run_id: int, user_id: int, step_index: int) -> ControlSessio
             run_id=run.pk,
         )
     return session
+
+
+def control_request_withdraw(*, run_id: int, user_id: int, during_step: int | None) -> None:
+    """Record that ``user_id`` withdrew their request for control of run ``run_id`` before it
+    was granted, while step ``during_step`` ran (None before the first).
+
+    The request itself lives in the worker's live feed until control opens; only its withdrawal
+    is a person changing their mind about the run, so it is what the trail records.
+    Precondition: the run exists. Not idempotent: the feed calls it once per request it drops.
+    """
+    user = get_user_model().objects.filter(pk=user_id).first()
+    with transaction.atomic():
+        run = lock_run(run_id)
+        by = user.get_username() if user is not None else f"user #{user_id}"
+        event_append(run, "control_request_withdrawn", {"by": by, "during_step": during_step})
+        run.save(update_fields=["last_event_seq"])
+        audit_record(
+            action="run.control_request_withdrawn",
+            object_type="run",
+            object_id=run.pk,
+            actor=user,
+            before={"control_requested_by": by},
+            after={"during_step": None if during_step is None else during_step + 1},
+            run_id=run.pk,
+        )
 
 
 def control_close(

@@ -110,6 +110,42 @@ def test_closing_records_the_inputs_once_and_frees_the_run_for_the_next_controll
     services.control_open(run_id=run.pk, user_id=second.pk, step_index=1)
 
 
+@pytest.mark.django_db
+def test_withdrawing_a_request_for_control_is_an_event_and_an_audit_entry() -> None:
+    run = running_run()
+    operator = user_with_role(Role.OPERATORS)
+
+    services.control_request_withdraw(run_id=run.pk, user_id=operator.pk, during_step=1)
+
+    run.refresh_from_db()
+    event = run.events.get(type="control_request_withdrawn")
+    assert (event.seq, event.payload) == (
+        run.last_event_seq, {"by": operator.username, "during_step": 1},
+    )  # fmt: skip
+    withdrawn = AuditEvent.objects.get(action="run.control_request_withdrawn")
+    assert (withdrawn.actor_id, withdrawn.run_id) == (operator.pk, run.pk)
+    assert withdrawn.after == {"during_step": 2}
+    assert not ControlSession.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_withdrawal_the_audit_trail_cannot_take_leaves_no_event_either(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = running_run()
+    operator = user_with_role(Role.OPERATORS)
+
+    def refuse(**kwargs: Any) -> None:
+        raise RuntimeError("the audit trail is unavailable")
+
+    monkeypatch.setattr("sessions.services.control.audit_record", refuse)
+    with pytest.raises(RuntimeError):
+        services.control_request_withdraw(run_id=run.pk, user_id=operator.pk, during_step=0)
+
+    run.refresh_from_db()
+    assert (run.last_event_seq, run.events.count()) == (0, 0)
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_the_live_socket_refuses_control_to_a_reviewer_and_forwards_an_operators() -> None:
     run = await database_sync_to_async(running_run)()

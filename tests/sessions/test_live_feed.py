@@ -299,3 +299,20 @@ def test_the_runs_time_limit_ends_the_control(
     closed = AuditEvent.objects.get(action="run.control_closed").after or {}
     assert closed["reason"] == reason
     viewer.wait_for(lambda m: m["type"] == "live.control" and m["note"] == reason)
+
+
+def test_a_request_withdrawn_before_control_begins_is_audited_and_the_runner_goes_on(
+    held: tuple[Run, User, LiveFeed, Viewer],
+) -> None:
+    run, operator, feed, viewer = held
+
+    viewer.request("release")
+    note = f"request withdrawn by {operator.username}"
+    viewer.wait_for(lambda m: m["type"] == "live.control" and m["note"] == note)
+
+    # The runner's next pause finds nobody waiting for the browser.
+    assert feed.hold(2, lambda: None, time.time() + 120) is None
+    assert not ControlSession.objects.filter(run=run).exists()
+    withdrawn = AuditEvent.objects.get(action="run.control_request_withdrawn")
+    assert (withdrawn.actor_id, withdrawn.run_id) == (operator.pk, run.pk)
+    assert run.events.filter(type="control_request_withdrawn").count() == 1
