@@ -38,6 +38,7 @@ from sessions.layer import layer_send, receive_group_on_this_loop
 from sessions.models import Run
 from sessions.rendering import Viewer, messages_for, queue_context
 from sessions.selectors import run_events_after
+from sessions.services.control import control_unavailable
 
 
 def _can_view_runs(scope_user: Any) -> bool:
@@ -349,6 +350,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
             action = data["action"]
         else:
             return await self._refused("a message this page does not understand")
+        if action == "take" and (unavailable := await self._control_unavailable()):
+            # Nobody holds the browser to hear the request: the run waits or has ended.
+            return await self._refused(unavailable)
         request: LiveRequest = {
             "type": "live.request",
             "channel": self.channel_name,
@@ -361,6 +365,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def _refused(self, reason: str) -> None:
         await self.send(text_data=json.dumps({"type": "refused", "reason": reason}))
+
+    @read_only
+    def _control_unavailable(self) -> str:
+        return control_unavailable(Run.objects.only("status").get(pk=self.run_id))
 
     async def live_frame(self, event: LiveFrame) -> None:
         now = time.monotonic()

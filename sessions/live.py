@@ -31,6 +31,7 @@ from channels.layers import InMemoryChannelLayer, channel_layers, get_channel_la
 from django.conf import settings
 
 from sessions.engine.filmstrip import filmstrip_append
+from sessions.engine.last_frame import last_frame_forget, last_frame_keep
 from sessions.engine.plan import HandBack
 from sessions.engine.screencast import UNREADABLE_DIALOG, BrowserTap, CdpError, Dialog, Frame
 from sessions.engine.vocabulary import MASK
@@ -218,6 +219,7 @@ class LiveFeed:
         channel = await layer.new_channel("live.")
         await layer.group_add(self.feed_group, channel)
         receive_group_on_this_loop(self.feed_group)
+        last_frame_forget(self.files_dir)
         self._tap = BrowserTap(
             self.cdp_url,
             secret_values=self.secret_values,
@@ -242,6 +244,11 @@ class LiveFeed:
             if self._control is not None:
                 await self._close_control("the run's worker stopped holding the browser")
             await self._send_control()
+            frame = self._tap.last_frame
+            if frame is not None:
+                # Before the run settles: the page it then shows ("waiting for approval")
+                # finds this picture of the browser.
+                last_frame_keep(self.files_dir, frame.jpeg, at=frame.captured_at)
             with contextlib.suppress(Exception):
                 await self._tap.close()
             await layer.group_discard(self.feed_group, channel)

@@ -18,11 +18,13 @@ from approvals.selectors import question_pending
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
 from sessions import selectors
+from sessions.engine.last_frame import LAST_FRAME, last_frame_at
 from sessions.engine.steps.ask import ask_audience
 from sessions.engine.vocabulary import STALE_SESSION
 from sessions.models import Run, RunEvent, StepResult
+from sessions.services.control import control_unavailable
 from sessions.services.launch import reconcile_refusal
-from sessions.services.runstate import concurrency_limit, queue_position
+from sessions.services.runstate import concurrency_limit, queue_position, run_files_dir
 
 
 class Fragment(TypedDict):
@@ -87,6 +89,66 @@ def header_html(run: Run, viewer: Viewer, request: HttpRequest | None = None) ->
         "question_audience": ask_audience(question.answered_by) if question else "",
     }
     return render_to_string("sessions/partials/_run_header.html", context, request=request)
+
+
+# The live area's words for a run whose browser sends no frames, by status.
+_LIVE_WORDS = {
+    Run.Status.QUEUED: "Queued — the browser starts when the run does.",
+    Run.Status.STARTING: "Starting — the run's browser is being prepared.",
+    Run.Status.RUNNING: "Running — the live picture comes in a moment.",
+    Run.Status.AWAITING_APPROVAL: "Waiting for approval — the browser is paused.",
+    Run.Status.AWAITING_ANSWER: "Waiting for an answer — the browser is paused.",
+    Run.Status.NEEDS_RECONCILIATION: "Stopped — it needs reconciliation; the browser is closed.",
+}
+
+
+@dataclass(frozen=True)
+class LiveStill:
+    """What the live area shows of a run when no live frame is on screen."""
+
+    words: str
+    # The run's file shown ("" for none), a query that changes with it, and its description.
+    picture: str
+    picture_version: str
+    picture_alt: str
+    # Whether frames may come: the run's browser is being driven (or about to be).
+    live: bool
+    take_refusal: str
+
+
+def live_still(run: Run) -> LiveStill:
+    """The run's state in words and the newest picture of its browser: the last live frame when
+    a viewer watched until the worker let go of the browser, else the last step's screenshot."""
+    words = _LIVE_WORDS.get(
+        Run.Status(run.status), f"Finished: {run.get_status_display()} — the browser is closed."
+    )
+    picture = version = alt = ""
+    if run.files_pruned_at is None:
+        step = run.step_results.exclude(screenshot="").order_by("-index").first()
+        step_done = (
+            step.started_at.timestamp() + step.duration_ms / 1000 if step is not None else None
+        )
+        frame_at = last_frame_at(run_files_dir(run.pk))
+        if frame_at is not None and (step_done is None or frame_at >= step_done):
+            picture, version = LAST_FRAME, str(int(frame_at * 1000))
+            alt = "The run's browser as the live view last showed it"
+        elif step is not None:
+            picture, version = step.screenshot, str(step.index)
+            alt = f"The run's browser after step {step.index + 1}"
+    return LiveStill(
+        words=words,
+        picture=picture,
+        picture_version=version,
+        picture_alt=alt,
+        live=run.status in (Run.Status.STARTING, Run.Status.RUNNING),
+        take_refusal=control_unavailable(run),
+    )
+
+
+def live_still_html(run: Run) -> str:
+    return render_to_string(
+        "sessions/partials/_live.html#live-still", {"run": run, "still": live_still(run)}
+    )
 
 
 def queue_context(run: Run) -> dict[str, Any]:
@@ -192,6 +254,8 @@ def messages_for(run_id: int, events: Sequence[RunEvent], viewer: Viewer) -> lis
             ),
         },
         {"target": "#run-side", "html": _shared(("side", *last), lambda: side_html(run))},
+        # Replaces the live area's picture and words where the page has a live area.
+        {"target": "#live-still", "html": _shared(("live", *last), lambda: live_still_html(run))},
     ]
     fragments[-1] = current + fragments[-1]
     final = run.status in Run.FINAL

@@ -84,6 +84,8 @@ def run_detail(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
         "live_index": current,
         "live_now": sentences[current] if sentences else "",
         "can_control": user_can(request.user, Capability.CONTROL_RUNS),
+        "still": None if run.is_final else rendering.live_still(run),
+        "live_max_fps": settings.LIVE_MAX_FPS,
         "filmstrip": filmstrip_frames(services.run_files_dir(run.pk)),
         "denials": selectors.run_denials(run),
         "artifacts": run.artifacts.all(),

@@ -13,6 +13,7 @@ from sessions.services.control import (
     control_close_open_sessions,
     control_open,
     control_request_withdraw,
+    control_unavailable,
 )
 from sessions.services.launch import (
     coerce_inputs,
@@ -72,6 +73,7 @@ __all__ = [
     "control_close_open_sessions",
     "control_open",
     "control_request_withdraw",
+    "control_unavailable",
     "destroy_sandbox",
     "host_queue",
     "installation_tag",

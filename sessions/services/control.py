@@ -18,12 +18,30 @@ from django.utils import timezone
 from pandaweb.audit.services import audit_record
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
-from sessions.models import ControlSession
+from sessions.models import ControlSession, Run
 from sessions.services.records import event_append, lock_run
 from sessions.services.runstate import RunError, S
 
 # The audit event keeps this many inputs in clear; the session row and its file keep them all.
 AUDITED_INPUTS = 500
+
+# Why a run whose browser is not working cannot be taken over, by its status.
+_NOT_WORKING = {
+    S.QUEUED: "this run is queued",
+    S.STARTING: "this run's browser is starting",
+    S.AWAITING_APPROVAL: "this run is waiting for approval",
+    S.AWAITING_ANSWER: "this run is waiting for an answer",
+    S.NEEDS_RECONCILIATION: "this run has stopped and needs reconciliation",
+}
+
+
+def control_unavailable(run: Run) -> str:
+    """Why nobody can take control of ``run`` as it is now, in words; "" while its browser is
+    working (the runner pauses for a person only between the steps it runs)."""
+    if run.status == S.RUNNING:
+        return ""
+    why = _NOT_WORKING.get(S(run.status), "this run has finished")
+    return f"Take control is possible while the run's browser is working; {why}."
 
 
 def control_open(*, run_id: int, user_id: int, step_index: int) -> ControlSession:
@@ -37,8 +55,8 @@ def control_open(*, run_id: int, user_id: int, step_index: int) -> ControlSessio
         raise RunError("you may watch this run but not take control of it")
     with transaction.atomic():
         run = lock_run(run_id)
-        if run.status != S.RUNNING:
-            raise RunError(f"a {run.get_status_display().lower()} run cannot be taken over")
+        if unavailable := control_unavailable(run):
+            raise RunError(unavailable)
         holder = run.control_sessions.filter(closed_at__isnull=True).select_related("user").first()
         if holder is not None:
             raise RunError(f"{holder.user.get_username()} has control of this run")

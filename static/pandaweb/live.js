@@ -11,11 +11,11 @@
 
   function live(root) {
     var frame = document.getElementById("live-frame");
-    var waiting = document.getElementById("live-waiting");
     var now = document.getElementById("live-now");
     var steps = Array.prototype.slice.call(document.querySelectorAll("#live-steps li"));
     var take = document.getElementById("live-take");
     var release = document.getElementById("live-release");
+    var takeWhy = document.getElementById("live-take-why");
     var state = document.getElementById("live-state");
     var timeLeft = document.getElementById("live-time");
     var dialog = document.getElementById("live-dialog");
@@ -91,7 +91,41 @@
       dismiss.addEventListener("click", function () { answerDialog(false); });
     }
 
+    // The run's state, in words and a picture, comes with the run page's own updates (run.js
+    // swaps #live-still): while the browser works the live frame replaces it; otherwise the
+    // live frame goes, the words and last picture stay, and whatever cannot act says why.
+    function still() {
+      return document.getElementById("live-still");
+    }
+
+    function browserWorks() {
+      return still().dataset.live === "1";
+    }
+
+    function showRunState() {
+      if (!browserWorks()) {
+        // When the browser works again, its words show until its first new frame.
+        if (frameUrl) URL.revokeObjectURL(frameUrl);
+        frameUrl = null;
+        frame.removeAttribute("src");
+        frame.hidden = true;
+        still().hidden = false;
+      } else if (frameUrl) {
+        frame.hidden = false;
+        still().hidden = true;
+      }
+      if (take) {
+        var why = still().dataset.takeRefusal;
+        take.disabled = !!why;
+        takeWhy.textContent = why;
+        takeWhy.hidden = !why;
+      }
+    }
+    root.addEventListener("run:fragment", showRunState);
+
     function showFrame(buffer) {
+      // A frame still on its way when the run stopped driving its browser.
+      if (!browserWorks()) return;
       var length = new DataView(buffer).getUint32(0);
       var data = JSON.parse(new TextDecoder().decode(new Uint8Array(buffer, 4, length)));
       var previous = frameUrl;
@@ -104,7 +138,7 @@
       frame.dataset.receivedAt = String(Date.now() / 1000);
       frame.dataset.masks = String(data.masks);
       frame.hidden = false;
-      waiting.hidden = true;
+      still().hidden = true;
     }
 
     function showControl(data) {
@@ -116,7 +150,10 @@
       if (answer) answer.hidden = !inControl;
       frame.classList.toggle("controlled", inControl);
       if (take) take.hidden = data.state !== "none";
-      if (release) release.hidden = !(data.state !== "none" && String(data.user_id) === me);
+      if (release) {
+        release.hidden = !(data.state !== "none" && String(data.user_id) === me);
+        release.textContent = data.state === "pending" ? "Withdraw request" : "Hand back";
+      }
       if (data.state === "pending") {
         state.textContent = data.username + " asked for control: it starts when the current step ends.";
       } else if (data.state === "active") {

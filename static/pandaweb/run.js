@@ -32,6 +32,8 @@
     }
     // Fragments rendered outside a request carry no CSRF token: htmx adds it from <body>.
     if (window.htmx) window.htmx.process(element);
+    // For the scripts of what it replaced (the live view reads the run's state from its own).
+    element.dispatchEvent(new CustomEvent("run:fragment", {bubbles: true}));
   }
 
   function connect() {

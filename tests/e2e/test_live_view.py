@@ -170,3 +170,123 @@ def test_an_operator_watches_takes_control_presses_the_check_and_the_run_finishe
         expect(body).to_contain_text("handed back by olivia.operator")
     finally:
         auditor_context.close()
+
+
+def assert_waiting_live_area(page: Page) -> None:
+    """The live area of a run waiting for approval: its last picture, its state in words, and
+    Take control disabled with why."""
+    expect(page.locator("#live-run-state")).to_have_text(
+        "Waiting for approval — the browser is paused."
+    )
+    expect(page.locator("#live-frame")).to_be_hidden()
+    picture = page.locator("#live-still img")
+    expect(picture).to_be_visible()
+    expect(picture).to_have_attribute("src", re.compile(r"/files/live/last-frame\.jpg\?v=\d+$"))
+    # Loaded, not a broken-image box.
+    page.wait_for_function(
+        "img => img.complete && img.naturalWidth > 0", arg=picture.element_handle()
+    )
+    take = page.get_by_role("button", name="Take control")
+    expect(take).to_be_disabled()
+    expect(take).to_have_accessible_description(
+        "Take control is possible while the run's browser is working; this run is waiting for "
+        "approval."
+    )
+    expect(page.locator("#live-take-why")).to_be_visible()
+    expect(page.locator("#live-rate")).to_contain_text(
+        "a still page is redrawn about twice a second"
+    )
+    assert_no_sideways_scroll(page)
+
+
+# A run with a person's change of mind and an approval in it, on a stack started for it.
+@pytest.mark.timeout(900)
+def test_a_withdrawn_request_and_a_waiting_run_say_what_they_are_in_the_live_area(
+    page: Page, browser: Browser, stack: Stack, tmp_path: Path
+) -> None:
+    stack.manage("demo_workflow")
+    log_in(page, stack, Role.OPERATORS)
+    portal = stack.portal_url.rstrip("/")
+    publish_and_launch(
+        page,
+        stack,
+        "lab-live-states",
+        {"id": "open", "type": "goto", "url": f"{portal}/lab/supplier"},
+        {"id": "linger", "type": "wait", "seconds": 25},
+        {
+            "id": "remove",
+            "type": "click",
+            "irreversible": True,
+            "dialog": "accept",
+            "target": {"role": "button", "name": "Remove supplier"},
+            "expect": {"text": "was removed from your suppliers"},
+        },
+    )
+    page.set_viewport_size(DESKTOP)
+    expect(page.locator("#live-frame")).to_be_visible(timeout=180_000)
+    expect(page.locator("#live-still")).to_be_hidden()
+    expect(page.locator("#live-now")).to_contain_text("now: Wait 25 seconds", timeout=60_000)
+    expect(page.locator("#live-rate")).to_contain_text(
+        "a still page is redrawn about twice a second"
+    )
+
+    # Asked for, not yet granted (the wait runs on): the button withdraws the request.
+    take = page.get_by_role("button", name="Take control")
+    expect(take).to_be_enabled()
+    take.click()
+    state = page.locator("#live-state")
+    expect(state).to_contain_text("asked for control: it starts when the current step ends")
+    withdraw = page.get_by_role("button", name="Withdraw request")
+    for size in (DESKTOP, PHONE):
+        page.set_viewport_size(size)
+        expect(withdraw).to_be_visible()
+        expect(page.get_by_role("button", name="Hand back")).to_have_count(0)
+        assert_no_sideways_scroll(page)
+        page.locator("#live").scroll_into_view_if_needed()
+        keep(page, tmp_path, f"live-view-requested-{size['width']}.png")
+    withdraw.click()
+    expect(state).to_contain_text("request withdrawn by olivia.operator")
+    expect(take).to_be_visible()
+
+    # Waiting for approval: the last frame, the state in words, and no control to take.
+    expect(page.locator("#run-header")).to_contain_text("Awaiting approval", timeout=120_000)
+    for size in (DESKTOP, PHONE):
+        page.set_viewport_size(size)
+        assert_waiting_live_area(page)
+        page.locator("#live").scroll_into_view_if_needed()
+        keep(page, tmp_path, f"live-view-waiting-{size['width']}.png")
+    # The same on a page opened while the run waits.
+    for size in (PHONE, DESKTOP):
+        page.set_viewport_size(size)
+        page.reload()
+        assert_waiting_live_area(page)
+    # Whatever a page script sends, the waiting run's browser is not offered.
+    live_path = page.locator("#live").get_attribute("data-live-ws")
+    assert page.evaluate(ASK_FOR_CONTROL, live_path) == (
+        "Take control is possible while the run's browser is working; this run is waiting for "
+        "approval."
+    )
+
+    # Finished: said in words, live, with the last picture still there.
+    page.get_by_role("button", name="Cancel run").click()
+    expect(page.locator("#live-run-state")).to_have_text(
+        "Finished: Cancelled — the browser is closed.", timeout=30_000
+    )
+    for size in (DESKTOP, PHONE):
+        page.set_viewport_size(size)
+        expect(page.locator("#live-still img")).to_be_visible()
+        expect(take).to_be_disabled()
+        expect(page.locator("#live-take-why")).to_have_text(
+            "Take control is possible while the run's browser is working; this run has finished."
+        )
+        assert_no_sideways_scroll(page)
+
+    run_id = re.search(r"/runs/(\d+)/", page.url).group(1)  # type: ignore[union-attr]
+    auditor_context = browser.new_context()
+    try:
+        auditor = auditor_context.new_page()
+        log_in(auditor, stack, Role.COMPLIANCE)
+        auditor.goto(f"{stack.url}/audit/runs/{run_id}/")
+        expect(auditor.locator("main")).to_contain_text("run.control_request_withdrawn")
+    finally:
+        auditor_context.close()

@@ -82,7 +82,7 @@ def test_it_refuses_control_of_a_run_that_is_not_running() -> None:
     run = waiting_run()
     operator = user_with_role(Role.OPERATORS)
 
-    with pytest.raises(services.RunError, match="awaiting approval run cannot be taken over"):
+    with pytest.raises(services.RunError, match="this run is waiting for approval"):
         services.control_open(run_id=run.pk, user_id=operator.pk, step_index=0)
 
 
@@ -144,6 +144,25 @@ def test_a_withdrawal_the_audit_trail_cannot_take_leaves_no_event_either(
 
     run.refresh_from_db()
     assert (run.last_event_seq, run.events.count()) == (0, 0)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_live_socket_refuses_control_of_a_waiting_run_in_words() -> None:
+    run = await database_sync_to_async(waiting_run)()
+    operator: User = await database_sync_to_async(user_with_role)(Role.OPERATORS)
+
+    controlling = socket(f"/ws/runs/{run.pk}/live/", await cookie_for(operator))
+    connected, _ = await controlling.connect()
+    assert connected
+    await controlling.send_to(text_data=json.dumps({"type": "control", "action": "take"}))
+    answer = json.loads(await controlling.receive_from())
+    await controlling.disconnect()
+
+    assert answer == {
+        "type": "refused",
+        "reason": "Take control is possible while the run's browser is working; this run is "
+        "waiting for approval.",
+    }
 
 
 @pytest.mark.django_db(transaction=True)

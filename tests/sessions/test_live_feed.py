@@ -22,6 +22,7 @@ from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
 from pandaweb.demo_portal.lab import LAB_SUPPLIER
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
+from sessions.engine.last_frame import LAST_FRAME, last_frame_at
 from sessions.engine.plan import HandBack
 from sessions.engine.screencast import BrowserTap, CdpError, Frame
 from sessions.events import run_feed_group, run_live_group
@@ -316,3 +317,18 @@ def test_a_request_withdrawn_before_control_begins_is_audited_and_the_runner_goe
     withdrawn = AuditEvent.objects.get(action="run.control_request_withdrawn")
     assert (withdrawn.actor_id, withdrawn.run_id) == (operator.pk, run.pk)
     assert run.events.filter(type="control_request_withdrawn").count() == 1
+
+
+def test_the_feed_keeps_the_last_frame_a_viewer_saw_when_it_lets_go_of_the_browser(
+    supplier_page: Page, held: tuple[Run, User, LiveFeed, Viewer], files: Path
+) -> None:
+    _run, _operator, feed, viewer = held
+    viewer.wait_for(lambda m: m["type"] == "live.frame")
+    assert last_frame_at(files / "run-files") is None
+
+    feed.stop()
+
+    kept = (files / "run-files" / LAST_FRAME).read_bytes()
+    # The frame the viewers were sent last (it may reach this one after the feed stopped).
+    shown = viewer.wait_for(lambda m: m["type"] == "live.frame" and m["jpeg"] == kept)
+    assert last_frame_at(files / "run-files") == pytest.approx(shown["captured_at"], abs=0.01)

@@ -1,13 +1,20 @@
 from __future__ import annotations
 
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
-from sessions import services
-from sessions.models import Artifact, Run
+from sessions import rendering, services
+from sessions.engine.last_frame import LAST_FRAME, last_frame_keep
+from sessions.models import Artifact, Run, StepResult
 from tests.factories import user_with_role
 from workflows.models import Workflow
 
@@ -213,3 +220,73 @@ def test_a_run_s_files_show_their_whole_sha256(operator: User, demo_workflow: Wo
         f'<code class="hash-full">{digest}</code>'
         in client.get(f"/runs/{run.pk}/").content.decode()
     )
+
+
+@pytest.mark.parametrize(
+    ("status", "words", "why"),
+    [
+        (Run.Status.AWAITING_APPROVAL, "Waiting for approval — the browser is paused.",
+         "this run is waiting for approval"),
+        (Run.Status.AWAITING_ANSWER, "Waiting for an answer — the browser is paused.",
+         "this run is waiting for an answer"),
+        (Run.Status.QUEUED, "Queued — the browser starts when the run does.",
+         "this run is queued"),
+    ],
+)  # fmt: skip
+def test_a_run_whose_browser_is_not_working_says_so_and_why_control_cannot_be_taken(
+    operator: User, demo_workflow: Workflow, status: str, words: str, why: str
+) -> None:
+    run = launched(operator, demo_workflow)
+    Run.objects.filter(pk=run.pk).update(status=status)
+    client = Client()
+    client.force_login(operator)
+
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+
+    assert f'<figcaption id="live-run-state" class="live-run-state">{words}</figcaption>' in page
+    assert '<button class="btn" type="button" id="live-take" disabled' in page
+    assert f"Take control is possible while the run&#x27;s browser is working; {why}." in page
+    assert "a still page is redrawn about twice a second" in page
+
+
+def test_a_running_run_offers_control_and_no_reason_against_it(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    run = launched(operator, demo_workflow)
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING)
+    client = Client()
+    client.force_login(operator)
+
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+
+    assert '<button class="btn" type="button" id="live-take" aria-describedby' in page
+    assert '<p id="live-take-why" class="muted" hidden></p>' in page
+
+
+def test_the_live_area_shows_the_newest_picture_of_the_browser(
+    operator: User, demo_workflow: Workflow, settings: Any, tmp_path: Path
+) -> None:
+    settings.RUN_FILES_DIR = tmp_path
+    run = launched(operator, demo_workflow)
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.AWAITING_APPROVAL)
+    step_started = timezone.now() - timedelta(minutes=5)
+    StepResult.objects.create(
+        run=run, index=3, step_id="open", step_type="goto", sentence="Open the invoice",
+        status=StepResult.Status.SUCCEEDED, started_at=step_started, duration_ms=1000,
+        screenshot="steps/03.png",
+    )  # fmt: skip
+    run.refresh_from_db()
+
+    assert (rendering.live_still(run).picture, rendering.live_still(run).picture_alt) == (
+        "steps/03.png", "The run's browser after step 4",
+    )  # fmt: skip
+    # A viewer watched until the worker let go of the browser, after the step's picture.
+    last_frame_keep(tmp_path / str(run.pk), b"jpeg", at=time.time())
+    assert rendering.live_still(run).picture == LAST_FRAME
+    # A frame from before the last step's picture (the viewer left early) is older news.
+    last_frame_keep(tmp_path / str(run.pk), b"jpeg", at=step_started.timestamp())
+    assert rendering.live_still(run).picture == "steps/03.png"
+    # Nothing is left to show of a run whose files the retention policy deleted.
+    Run.objects.filter(pk=run.pk).update(files_pruned_at=timezone.now())
+    run.refresh_from_db()
+    assert rendering.live_still(run).picture == ""
