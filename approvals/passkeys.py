@@ -58,6 +58,23 @@ def passkey_required(approval: ApprovalRequest) -> bool:
     return amount[0] > (policy.passkey_above_amount or Decimal("0"))
 
 
+def passkey_reason(approval: ApprovalRequest) -> str:
+    """Why a verdict on ``approval`` needs a passkey, in words for the reviewer ("" when it
+    needs none): said before they tap, never discovered after."""
+    if not passkey_required(approval):
+        return ""
+    policy = approval_policy(approval)
+    if policy.passkey == "always":
+        return "this workflow asks for one with every verdict"
+    amount = approval_amount(approval)
+    if amount is None:
+        return "the amount could not be read, and this workflow asks for one above an amount"
+    value, currency = amount
+    limit = policy.passkey_above_amount or Decimal("0")
+    shown = f"{value:,.2f} {currency}".strip()
+    return f"the amount, {shown}, is above {limit:,.2f}"
+
+
 def _challenge(evidence_sha256: str, nonce: str) -> str:
     return hashlib.sha256(bytes.fromhex(evidence_sha256) + bytes.fromhex(nonce)).hexdigest()
 

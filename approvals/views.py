@@ -18,7 +18,7 @@ from approvals import questions, selectors, services
 from approvals.closeup import approval_target_crop
 from approvals.forms import AwayForm
 from approvals.models import ApprovalDecision, ApprovalRequest, ReviewerAbsence
-from approvals.passkeys import passkey_required
+from approvals.passkeys import passkey_reason, passkey_required
 from approvals.policy import approval_refusal
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
@@ -114,11 +114,15 @@ def approval_decide(request: AuthenticatedRequest, approval_id: int) -> HttpResp
     notice = _outcome(decided, approve=approve)
     if request.htmx:
         approval = selectors.approval_get(approval.pk)
-        return render(
+        response = render(
             request,
             "approvals/detail.html#decision",
             _panel_context(request, approval, notice=notice),
         )
+        # The outcome goes to the top of the page, and the page with it; a refusal stays in
+        # place, beside the button that was tapped.
+        response["HX-Reswap"] = "outerHTML show:window:top"
+        return response
     messages.success(request, notice)
     return redirect("approvals:detail", approval_id=approval.pk)
 
@@ -172,6 +176,8 @@ def _panel_context(
         if pending and (refusal := approval_refusal(request.user, approval))
         else "",
         "successor": selectors.approval_successor(approval),
+        "passkey": passkey_reason(approval) if pending else "",
+        "has_passkey": pending and request.user.passkeys.exists(),
         "notice": notice,
         "error": error,
         "field_errors": field_errors or {},

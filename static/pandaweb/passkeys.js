@@ -27,22 +27,66 @@
   }
 
   // Decision page ------------------------------------------------------------------------------
-  const stepUp = document.getElementById("passkey-step-up");
-  if (stepUp) {
-    const decideUrl = stepUp.dataset.decideUrl;
+  // The panel is swapped by htmx after every verdict: its elements are looked up when used.
+  function stepUpPanel() {
+    return document.getElementById("passkey-step-up");
+  }
+
+  function canUsePasskeys() {
+    return (
+      window.isSecureContext &&
+      typeof window.PublicKeyCredential === "function" &&
+      typeof PublicKeyCredential.parseRequestOptionsFromJSON === "function"
+    );
+  }
+
+  // A failure is said beside the buttons and brought into view: a tap never ends in silence.
+  function fail(text) {
+    const error = document.getElementById("passkey-error");
+    if (!error) return;
+    error.textContent = text;
+    error.hidden = false;
+    error.scrollIntoView({ block: "center" });
+  }
+
+  function refuseWithoutPasskeys() {
+    const panel = stepUpPanel();
+    if (!panel || canUsePasskeys()) return;
+    fail(
+      "This browser cannot use passkeys, so it cannot decide this request. Open it on a device " +
+        "whose browser supports passkeys (a current Chrome, Safari, Edge or Firefox)."
+    );
+    document.querySelectorAll("#decision-panel .decide-form button").forEach(function (button) {
+      button.disabled = true;
+    });
+    document.querySelectorAll("#decision-panel .reject-open").forEach(function (link) {
+      link.setAttribute("aria-disabled", "true");
+      link.classList.add("disabled");
+    });
+  }
+
+  if (stepUpPanel()) {
+    refuseWithoutPasskeys();
+    document.body.addEventListener("htmx:afterSwap", refuseWithoutPasskeys);
     // Capture phase: runs before htmx's own submit handler, which never sees the first submit.
     document.addEventListener(
       "submit",
       async function (event) {
+        const panel = stepUpPanel();
         const form = event.target;
-        if (!(form instanceof HTMLFormElement) || form.getAttribute("action") !== decideUrl) return;
+        if (!panel || !(form instanceof HTMLFormElement)) return;
+        if (form.getAttribute("action") !== panel.dataset.decideUrl) return;
         let field = form.querySelector("input[name=passkey_assertion]");
         if (field && field.value) return; // the second submit, with the assertion: let it go
         event.preventDefault();
         event.stopImmediatePropagation();
         if (!form.reportValidity()) return;
+        if (!canUsePasskeys()) {
+          refuseWithoutPasskeys();
+          return;
+        }
         try {
-          const options = await postJSON(stepUp.dataset.optionsUrl);
+          const options = await postJSON(panel.dataset.optionsUrl);
           const credential = await navigator.credentials.get({
             publicKey: PublicKeyCredential.parseRequestOptionsFromJSON(options),
           });
@@ -55,8 +99,12 @@
           field.value = JSON.stringify(credential.toJSON());
           form.requestSubmit();
         } catch (error) {
-          say(stepUp, "The passkey check did not complete: " + error.message);
-          stepUp.setAttribute("role", "alert");
+          const cancelled = error && error.name === "NotAllowedError";
+          fail(
+            cancelled
+              ? "Nothing was recorded: the passkey check was cancelled or timed out. Tap again to retry."
+              : "Nothing was recorded: the passkey check did not complete (" + error.message + ")."
+          );
         }
       },
       true

@@ -186,8 +186,8 @@ def test_a_reviewer_approves_with_a_passkey_and_no_other_assertion_counts(
 
     # On the page: Approve asks the authenticator, and the verdict goes with its assertion.
     page.goto(f"{site}/approvals/{first.pk}/")
-    page.get_by_text("asks for your passkey").wait_for()
-    page.get_by_role("button", name="Approve this action").click()
+    page.get_by_text("Approve and Reject ask for your passkey").wait_for()
+    page.get_by_role("button", name="Approve with your passkey").click()
     page.get_by_text("Approved.").first.wait_for()
     on_django(first.refresh_from_db)
     assert first.status == A.APPROVED
@@ -241,3 +241,117 @@ def test_it_refuses_an_assertion_replayed_by_another_reviewer(
         passkey_assertion=assertion,
     )
     assert on_django(lambda: [d.reviewer for d in approval.decisions.all()]) == [rory]
+
+
+@pytest.fixture
+def phone(chromium: Browser) -> Iterator[tuple[Page, Any, str]]:
+    """A phone-sized page with a platform authenticator, its CDP session and its id."""
+    context = chromium.new_context(
+        viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True
+    )
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    cdp = context.new_cdp_session(page)
+    cdp.send("WebAuthn.enable")
+    added = cdp.send(
+        "WebAuthn.addVirtualAuthenticator",
+        {
+            "options": {
+                "protocol": "ctap2",
+                "transport": "internal",
+                "hasResidentKey": True,
+                "hasUserVerification": True,
+                "isUserVerified": True,
+                "automaticPresenceSimulation": True,
+            }
+        },
+    )
+    yield page, cdp, added["authenticatorId"]
+    context.close()
+
+
+def in_view(page: Page, selector: str) -> bool:
+    return bool(
+        page.eval_on_selector(
+            selector,
+            "e => { const r = e.getBoundingClientRect();"
+            " return r.height > 0 && r.top >= 0 && r.bottom <= innerHeight; }",
+        )
+    )
+
+
+def test_on_a_phone_every_tap_says_what_it_asks_and_how_it_ended(
+    site: str,
+    phone: tuple[Page, Any, str],
+    operator: User,
+    workflow: Workflow,
+    background: list[dict[str, Any]],
+) -> None:
+    page, cdp, authenticator = phone
+    on_django(user_with_role, Role.REVIEWERS, username="rory")
+    approval = on_django(open_request, operator, workflow)
+    log_in(page, site, "rory")
+    url = f"{site}/approvals/{approval.pk}/"
+
+    # Without a passkey there is nothing to tap, and the page says why and where to get one.
+    page.goto(url)
+    missing = page.locator("#passkey-missing")
+    assert "the amount, 1,250.00 EUR, is above 1,000.00" in missing.inner_text()
+    assert page.get_by_role("button", name="Approve with your passkey").count() == 0
+
+    page.goto(f"{site}/profile/")
+    page.get_by_label("Name").fill("Phone")
+    page.get_by_role("button", name="Register a passkey").click()
+    page.get_by_text("Phone is registered.").wait_for()
+
+    # The bar fixed to the bottom of the first screen says what Approve asks for.
+    page.goto(url)
+    approve = page.get_by_role("button", name="Approve with your passkey")
+    assert in_view(page, ".decide-bar button.approve")
+    assert "ask for your passkey" in page.locator("#passkey-step-up").inner_text()
+
+    # A check the person does not confirm: said beside the buttons, in view, nothing recorded.
+    cdp.send(
+        "WebAuthn.setUserVerified", {"authenticatorId": authenticator, "isUserVerified": False}
+    )
+    approve.click()
+    error = page.locator("#passkey-error")
+    error.wait_for()
+    assert "Nothing was recorded" in error.inner_text()
+    assert in_view(page, "#passkey-error")
+    assert not on_django(approval.decisions.exists)
+
+    # Confirmed: the outcome at the top of the page, in view, and no countdown left.
+    cdp.send("WebAuthn.setUserVerified", {"authenticatorId": authenticator, "isUserVerified": True})
+    approve.click()
+    outcome = page.locator("#decision-outcome .decision-outcome")
+    outcome.wait_for()
+    assert outcome.inner_text().startswith("Approved.")
+    assert in_view(page, "#decision-outcome .decision-outcome")
+    assert page.locator(".approval-head .countdown").count() == 0
+    assert page.locator("#head-state").inner_text() == "Approved"
+
+
+def test_a_browser_without_passkeys_is_told_before_the_tap(
+    site: str,
+    phone: tuple[Page, Any, str],
+    operator: User,
+    workflow: Workflow,
+    background: list[dict[str, Any]],
+) -> None:
+    page, _, _ = phone
+    on_django(user_with_role, Role.REVIEWERS, username="rory")
+    approval = on_django(open_request, operator, workflow)
+    log_in(page, site, "rory")
+    page.goto(f"{site}/profile/")
+    page.get_by_label("Name").fill("Phone")
+    page.get_by_role("button", name="Register a passkey").click()
+    page.get_by_text("Phone is registered.").wait_for()
+
+    page.add_init_script("delete window.PublicKeyCredential")
+    page.goto(f"{site}/approvals/{approval.pk}/")
+
+    error = page.locator("#passkey-error")
+    error.wait_for()
+    assert "This browser cannot use passkeys" in error.inner_text()
+    assert page.get_by_role("button", name="Approve with your passkey").is_disabled()

@@ -59,6 +59,7 @@ def test_a_reviewer_decides_on_a_phone_without_scrolling_sideways_or_past_the_ti
     page.get_by_role("button", name="Launch run").click()
     expect(page.locator("#run-header")).to_contain_text("Awaiting approval", timeout=240_000)
     run_url = page.url
+    amount = f"{invoice.amount_due:,.2f} EUR"
 
     for size in (DESKTOP, PHONE):
         context = browser.new_context(
@@ -71,8 +72,19 @@ def test_a_reviewer_decides_on_a_phone_without_scrolling_sideways_or_past_the_ti
             expect(reviewer.get_by_role("button", name="Log out")).to_be_visible()
             assert_in_first_screen(reviewer, "button:text('Log out')")
 
+            reviewer.goto(f"{stack.url}/")
+            home_facts = reviewer.locator(".needs-list .decision-facts").first
+            expect(home_facts).to_contain_text(amount)
+            expect(home_facts).to_contain_text("DE97 2004 0060 0123 4567 89")
             reviewer.goto(f"{stack.url}/approvals/")
             assert_no_sideways_scroll(reviewer)
+            # Triage by the facts, as text: amount, payee, reference; the page's host, no URL.
+            row = reviewer.locator(".queue-table tbody tr").first
+            expect(row.locator(".queue-facts")).to_contain_text(amount)
+            expect(row.locator(".queue-facts")).to_contain_text("DE97 2004 0060 0123 4567 89")
+            expect(row.locator(".queue-facts")).to_contain_text(invoice.number)
+            expect(row.locator(".queue-action")).not_to_contain_text("http")
+            expect(row).not_to_contain_text("Expires expires")
             reviewer.get_by_role("link", name="Click the button 'Submit payment'").first.click()
             expect(reviewer.get_by_role("heading", level=1)).to_contain_text("Submit payment")
             reviewer.wait_for_load_state("load")
@@ -81,7 +93,10 @@ def test_a_reviewer_decides_on_a_phone_without_scrolling_sideways_or_past_the_ti
             # The action, the amount, the close-up of the target, the countdown and Approve:
             # all on the first screen, the timeline folded below.
             assert_in_first_screen(reviewer, "#action-heading")
-            assert_in_first_screen(reviewer, ".head-facts .amount")
+            for fact in ("amount", "payee", "reference"):
+                assert_in_first_screen(reviewer, f".decision-facts-large .fact-{fact}")
+            expect(reviewer.locator(".decision-facts-large .fact-amount")).to_contain_text(amount)
+            expect(reviewer.locator(".decision-facts-large .fact-warning")).to_have_count(0)
             assert_in_first_screen(reviewer, ".head-expiry .countdown")
             assert_in_first_screen(reviewer, "button.approve")
             crop = reviewer.locator(".approval-crop img")
@@ -118,9 +133,11 @@ def test_a_reviewer_decides_on_a_phone_without_scrolling_sideways_or_past_the_ti
                 )
                 keep(reviewer, tmp_path, "approval-reject-sheet-phone.png")
                 sheet.get_by_role("button", name="Reject").click()
-                expect(reviewer.locator("#decision-panel")).to_contain_text(
-                    "Rejected.", timeout=30_000
-                )
+                # The outcome at the top of the page, in view; no countdown left.
+                outcome = reviewer.locator("#decision-outcome")
+                expect(outcome).to_contain_text("Rejected.", timeout=30_000)
+                assert outcome.evaluate("e => e.getBoundingClientRect().top") >= 0
+                expect(reviewer.locator(".approval-head .countdown")).to_have_count(0)
                 expect(reviewer.locator(".decide-bar")).to_have_count(0)
         except Exception:
             print(reviewer.url, reviewer.locator("main").inner_text()[:3000], stack.log_tail(500))
