@@ -5,6 +5,7 @@ from typing import Any
 from django import forms
 from django.contrib.auth.models import Group
 from django.utils.text import slugify
+from pydantic import BaseModel
 
 from pandaweb.core.fields import ModelChoicesField
 from sessions.engine.steps.assertion import CHECK_ADAPTER
@@ -17,8 +18,15 @@ from workflows.editor_syntax import (
     parse_extract_field,
     parse_lines,
 )
-from workflows.models import Credential
-from workflows.schema import STEP_CLASSES, STEP_EDITOR_FIELDS, STEP_TYPES
+from workflows.models import Credential, Workflow
+from workflows.schema import (
+    RECORDING_OPTIONS,
+    STEP_CLASSES,
+    STEP_EDITOR_FIELDS,
+    STEP_TYPES,
+    ApprovalPolicy,
+    WorkflowSettings,
+)
 
 TARGET_HELP = (
     'How a person finds it on the page: button "Submit payment", link "Invoices", '
@@ -64,72 +72,135 @@ class WorkflowCreateForm(forms.Form):
         return data
 
 
+def _setting(model: type[BaseModel], name: str, **kwargs: Any) -> forms.Field:
+    """A form field for setting ``name`` of ``model``: its label, help and bounds are the
+    schema's, so the form cannot drift from what a published version accepts."""
+    info = model.model_fields[name]
+    kwargs.setdefault("label", info.title)
+    kwargs.setdefault("help_text", info.description or "")
+    bounds = {
+        key: getattr(rule, key)
+        for rule in info.metadata
+        for key in ("ge", "le")
+        if getattr(rule, key, None) is not None
+    }
+    if info.annotation is bool:
+        return forms.BooleanField(required=False, **kwargs)
+    if info.annotation is int:
+        return forms.IntegerField(min_value=bounds.get("ge"), max_value=bounds.get("le"), **kwargs)
+    if info.annotation is float:
+        return forms.FloatField(min_value=bounds.get("ge"), max_value=bounds.get("le"), **kwargs)
+    return forms.CharField(**kwargs)
+
+
 class WorkflowSettingsForm(forms.Form):
+    """Every setting of a version (``WorkflowSettings``), its identity, and offering it to AI
+    agents (which is no part of a version)."""
+
     name = forms.CharField(max_length=200)
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
     reviewer_group = forms.ModelChoiceField(
         queryset=Group.objects.order_by("name"), empty_label=None
     )
-    allowed_hosts = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 3}),
-        help_text="One per line: portal.example.com, *.example.com (subdomains only), "
-        "127.0.0.1:8001. The browser can reach nothing else.",
+    allowed_hosts = _setting(
+        WorkflowSettings, "allowed_hosts", widget=forms.Textarea(attrs={"rows": 3})
     )
-    step_budget = forms.IntegerField(
-        min_value=1, max_value=1000, help_text="Most steps a run may execute."
-    )
-    run_ttl_minutes = forms.IntegerField(
-        min_value=1, max_value=240, label="Run time limit (minutes)"
-    )
-    max_concurrent_runs = forms.IntegerField(
-        min_value=1,
-        max_value=50,
-        label="Runs at once",
-        help_text="At most this many runs of the workflow hold a browser at once, however "
-        "they were launched; the others wait in its queue, higher priority first, then oldest.",
-    )
-    approval_quorum = forms.IntegerField(
-        min_value=1, max_value=5, label="Approvals needed", help_text="Distinct people."
-    )
-    approval_expiry_minutes = forms.IntegerField(
-        min_value=1, max_value=7 * 24 * 60, label="Approval expires after (minutes)"
-    )
-    author_may_approve = forms.BooleanField(
-        required=False, label="The version's author may approve its irreversible steps"
-    )
-    approval_remind_before_minutes = forms.IntegerField(
-        min_value=0,
-        max_value=7 * 24 * 60,
-        initial=0,
-        label="Remind the reviewers before expiry (minutes)",
-        help_text="0: no reminder.",
-    )
-    approval_escalate_after_minutes = forms.IntegerField(
-        min_value=0,
-        max_value=7 * 24 * 60,
-        initial=0,
-        label="Escalate an undecided request after (minutes)",
-        help_text="0: never. The escalation group is told and may decide too.",
-    )
+    step_budget = _setting(WorkflowSettings, "step_budget")
+    run_ttl_minutes = _setting(WorkflowSettings, "run_ttl_minutes")
+    max_concurrent_runs = _setting(WorkflowSettings, "max_concurrent_runs")
+    approval_quorum = _setting(ApprovalPolicy, "quorum")
+    approval_expiry_minutes = _setting(ApprovalPolicy, "expiry_minutes")
+    author_may_approve = _setting(ApprovalPolicy, "author_may_approve")
+    approval_remind_before_minutes = _setting(ApprovalPolicy, "remind_before_minutes", initial=0)
+    approval_escalate_after_minutes = _setting(ApprovalPolicy, "escalate_after_minutes", initial=0)
     approval_escalation_group = forms.ModelChoiceField(
         queryset=Group.objects.order_by("name"),
         required=False,
         to_field_name="name",
-        label="Escalation group",
+        label=ApprovalPolicy.model_fields["escalation_group"].title,
         empty_label="None",
     )
+    approval_slack_channel = _setting(
+        ApprovalPolicy, "slack_channel", required=False, max_length=80
+    )
+    approval_passkey = forms.ChoiceField(
+        choices=[
+            ("never", "never"),
+            ("always", "always"),
+            ("above", "above an amount"),
+        ],
+        label=ApprovalPolicy.model_fields["passkey"].title,
+        help_text=ApprovalPolicy.model_fields["passkey"].description,
+    )
+    approval_passkey_above_amount = forms.DecimalField(
+        required=False,
+        min_value=0,
+        decimal_places=2,
+        label=ApprovalPolicy.model_fields["passkey_above_amount"].title,
+        help_text=ApprovalPolicy.model_fields["passkey_above_amount"].description,
+    )
+    filmstrip = _setting(WorkflowSettings, "filmstrip")
+    filmstrip_seconds_per_frame = _setting(WorkflowSettings, "filmstrip_seconds_per_frame")
+    filmstrip_max_mb = _setting(WorkflowSettings, "filmstrip_max_mb")
     credentials = ModelChoicesField(
         queryset=Credential.objects.order_by("name"),
         required=False,
         widget=forms.CheckboxSelectMultiple,
-        help_text="The credentials this workflow's steps may use.",
+        help_text=WorkflowSettings.model_fields["credentials"].description,
     )
     offer_as_tool = forms.BooleanField(
         required=False,
         label="Offer as a tool to AI agents (MCP)",
-        help_text="Administrators only. Agents launch it with a token; irreversible steps still "
-        "wait for a reviewer.",
+        help_text="Not part of a version: applies at once, to the published version. "
+        "Administrators only. Agents launch it with a token; irreversible steps still wait for "
+        "a reviewer.",
     )
+
+    @staticmethod
+    def initial_from(workflow: Workflow) -> dict[str, Any]:
+        """The form's values: the settings the next version carries, as the workflow holds
+        them (the schema's defaults for the options it leaves out)."""
+        reach = ApprovalPolicy.model_validate(workflow.approval_reach or {})
+        recording = WorkflowSettings.model_validate(
+            {"allowed_hosts": ["localhost"], **(workflow.recording or {})}
+        )
+        return {
+            "name": workflow.name,
+            "description": workflow.description,
+            "reviewer_group": workflow.reviewer_group_id,
+            "allowed_hosts": "\n".join(workflow.allowed_hosts),
+            "step_budget": workflow.step_budget,
+            "run_ttl_minutes": workflow.run_ttl_minutes,
+            "max_concurrent_runs": workflow.max_concurrent_runs,
+            "approval_quorum": workflow.approval_quorum,
+            "approval_expiry_minutes": workflow.approval_expiry_minutes,
+            "author_may_approve": workflow.author_may_approve,
+            "approval_remind_before_minutes": workflow.approval_remind_before_minutes,
+            "approval_escalate_after_minutes": workflow.approval_escalate_after_minutes,
+            "approval_escalation_group": workflow.approval_escalation_group or None,
+            "approval_slack_channel": reach.slack_channel or "",
+            "approval_passkey": reach.passkey,
+            "approval_passkey_above_amount": reach.passkey_above_amount,
+            "filmstrip": recording.filmstrip,
+            "filmstrip_seconds_per_frame": recording.filmstrip_seconds_per_frame,
+            "filmstrip_max_mb": recording.filmstrip_max_mb,
+            "credentials": list(workflow.credentials.all()),
+            "offer_as_tool": workflow.offer_as_tool,
+        }
+
+    def approval_reach(self) -> dict[str, Any]:
+        """The Slack and passkey options as the schema names them (validated by the service)."""
+        data = self.cleaned_data
+        amount = data.get("approval_passkey_above_amount")
+        return {
+            "slack_channel": data.get("approval_slack_channel", "").strip() or None,
+            "passkey": data["approval_passkey"],
+            "passkey_above_amount": None if amount is None else str(amount),
+        }
+
+    def recording(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {option: data[option] for option in RECORDING_OPTIONS}
 
 
 # The editor's target fields and the step's key each fills.

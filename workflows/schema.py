@@ -244,26 +244,77 @@ class FactSource:
     currency_from: str = ""  # or the input or output holding it
 
 
+_SLACK_CHANNEL = re.compile(r"[CGD][A-Z0-9]{6,20}|#?[a-z0-9][a-z0-9._-]{0,79}")
+
+
 class ApprovalPolicy(Strict):
-    quorum: int = Field(default=1, ge=1, le=5)
-    expiry_minutes: int = Field(default=60, ge=1, le=7 * 24 * 60)
-    author_may_approve: bool = False
+    # Titles and descriptions are the settings form's labels and help, and the workflow page's
+    # words for each setting: one place says what a setting means.
+    quorum: int = Field(
+        default=1, ge=1, le=5, title="Approvals needed", description="Distinct people."
+    )
+    expiry_minutes: int = Field(
+        default=60,
+        ge=1,
+        le=7 * 24 * 60,
+        title="Approval expires after (minutes)",
+        description="Undecided by then, the request expires and the run stops before the step.",
+    )
+    author_may_approve: bool = Field(
+        default=False, title="The version's author may approve its irreversible steps"
+    )
     # Hand-over: 0 turns each off. A reminder goes to the reviewers this many minutes before
     # the request expires; after ``escalate_after_minutes`` undecided, ``escalation_group`` is
     # told and may decide too.
-    remind_before_minutes: int = Field(default=0, ge=0, le=7 * 24 * 60)
-    escalate_after_minutes: int = Field(default=0, ge=0, le=7 * 24 * 60)
-    escalation_group: str = Field(default="", max_length=150)
+    remind_before_minutes: int = Field(
+        default=0,
+        ge=0,
+        le=7 * 24 * 60,
+        title="Remind the reviewers before expiry (minutes)",
+        description="0: no reminder. Shorter than the expiry.",
+    )
+    escalate_after_minutes: int = Field(
+        default=0,
+        ge=0,
+        le=7 * 24 * 60,
+        title="Escalate an undecided request after (minutes)",
+        description="0: never. The escalation group is told and may decide too.",
+    )
+    escalation_group: str = Field(default="", max_length=150, title="Escalation group")
 
     # A Slack channel id (C0123ABCD) or name (#payments) where requests are posted as cards.
     slack_channel: str | None = Field(
-        default=None, pattern=r"^([CGD][A-Z0-9]{6,20}|#?[a-z0-9][a-z0-9._-]{0,79})$"
+        default=None,
+        title="Slack channel",
+        description="Where requests are posted as cards reviewers decide from: a channel id "
+        "(C0123ABCD) or name (#payments). Empty: no Slack.",
     )
     # A fresh passkey assertion with every verdict: never, always, or when the request's amount
     # (the workflow's money parameter) is above ``passkey_above_amount``.
-    passkey: Literal["never", "always", "above"] = "never"
-    passkey_above_amount: Decimal | None = Field(default=None, ge=0, decimal_places=2)
+    passkey: Literal["never", "always", "above"] = Field(
+        default="never",
+        title="Passkey with every verdict",
+        description="A reviewer confirms each decision with a fresh passkey: never, always, or "
+        "when the request's amount (the workflow's money parameter) is above an amount.",
+    )
+    passkey_above_amount: Decimal | None = Field(
+        default=None,
+        ge=0,
+        decimal_places=2,
+        title="Passkey above the amount",
+        description="Only with “above the amount”, e.g. 1000.00.",
+    )
     facts: DecisionFacts = Field(default_factory=DecisionFacts)
+
+    @field_validator("slack_channel")
+    @classmethod
+    def _slack_channel_written_right(cls, channel: str | None) -> str | None:
+        if channel is not None and not _SLACK_CHANNEL.fullmatch(channel):
+            raise ValueError(
+                f"'{channel[:80]}' is not a Slack channel: give its id (C0123ABCD) or its name "
+                "in lowercase (#payments)"
+            )
+        return channel
 
     @model_validator(mode="after")
     def _escalation_complete(self) -> ApprovalPolicy:
@@ -294,21 +345,48 @@ RECORDING_OPTIONS: tuple[str, ...] = (
 
 class WorkflowSettings(Strict):
     allowed_hosts: list[Annotated[str, Field(min_length=1, max_length=260)]] = Field(
-        min_length=1, max_length=50
+        min_length=1,
+        max_length=50,
+        title="Allowed hosts",
+        description="One per line: portal.example.com, *.example.com (subdomains only), "
+        "127.0.0.1:8001. The browser can reach nothing else.",
     )
-    step_budget: int = Field(default=50, ge=1, le=1000)
-    run_ttl_minutes: int = Field(default=15, ge=1, le=240)
+    step_budget: int = Field(
+        default=50, ge=1, le=1000, title="Step budget", description="Most steps a run may execute."
+    )
+    run_ttl_minutes: int = Field(default=15, ge=1, le=240, title="Run time limit (minutes)")
     # Batch launches keep at most this many runs of the workflow holding a browser at once.
-    max_concurrent_runs: int = Field(default=3, ge=1, le=50)
+    max_concurrent_runs: int = Field(
+        default=3,
+        ge=1,
+        le=50,
+        title="Runs at once",
+        description="At most this many runs of the workflow hold a browser at once, however "
+        "they were launched; the others wait in its queue, higher priority first, then oldest.",
+    )
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
     credentials: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]] = Field(
-        default_factory=list
+        default_factory=list,
+        title="Credentials",
+        description="The credentials this workflow's steps may use.",
     )
     # A filmstrip of the run's browser (masked frames, low rate, bounded size) kept with its
     # evidence: off unless a workflow asks for it.
-    filmstrip: bool = False
-    filmstrip_seconds_per_frame: float = Field(default=2.0, ge=0.5, le=60.0)
-    filmstrip_max_mb: int = Field(default=20, ge=1, le=500)
+    filmstrip: bool = Field(
+        default=False,
+        title="Keep a filmstrip of each run",
+        description="Masked frames of the run's browser, kept with its evidence.",
+    )
+    filmstrip_seconds_per_frame: float = Field(
+        default=2.0, ge=0.5, le=60.0, title="Seconds between filmstrip frames"
+    )
+    filmstrip_max_mb: int = Field(
+        default=20,
+        ge=1,
+        le=500,
+        title="Filmstrip size limit (MB)",
+        description="Frames past it are dropped; the run goes on.",
+    )
 
     @field_validator("allowed_hosts")
     @classmethod

@@ -176,23 +176,7 @@ def workflow_detail(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def workflow_settings(request: AuthenticatedRequest, slug: str) -> HttpResponse:
     workflow = selectors.workflow_get(slug)
-    initial = {
-        "name": workflow.name,
-        "description": workflow.description,
-        "reviewer_group": workflow.reviewer_group_id,
-        "allowed_hosts": "\n".join(workflow.allowed_hosts),
-        "step_budget": workflow.step_budget,
-        "run_ttl_minutes": workflow.run_ttl_minutes,
-        "max_concurrent_runs": workflow.max_concurrent_runs,
-        "approval_quorum": workflow.approval_quorum,
-        "approval_expiry_minutes": workflow.approval_expiry_minutes,
-        "author_may_approve": workflow.author_may_approve,
-        "approval_remind_before_minutes": workflow.approval_remind_before_minutes,
-        "approval_escalate_after_minutes": workflow.approval_escalate_after_minutes,
-        "approval_escalation_group": workflow.approval_escalation_group or None,
-        "credentials": list(workflow.credentials.all()),
-        "offer_as_tool": workflow.offer_as_tool,
-    }
+    initial = WorkflowSettingsForm.initial_from(workflow)
     form = WorkflowSettingsForm(request.POST or None, initial=initial)
     if not (
         request.user.is_superuser or request.user.groups.filter(name=Role.ADMINS.value).exists()
@@ -223,6 +207,8 @@ def workflow_settings(request: AuthenticatedRequest, slug: str) -> HttpResponse:
                     if data["approval_escalation_group"]
                     else ""
                 ),
+                approval_reach=form.approval_reach(),
+                recording=form.recording(),
                 offer_as_tool=data["offer_as_tool"],
             )
         except services.WorkflowError as exc:
@@ -230,7 +216,14 @@ def workflow_settings(request: AuthenticatedRequest, slug: str) -> HttpResponse:
                 form.add_error(None, str(exc))
             _add_service_errors(form, exc)
         else:
-            messages.success(request, "Settings saved. They apply from the next published version.")
+            if selectors.draft_of(workflow) is not None:
+                messages.success(
+                    request,
+                    "Settings saved in the draft. Runs keep the published version's settings "
+                    "until you publish it.",
+                )
+            else:
+                messages.success(request, "Settings saved.")
             return redirect("workflows:detail", slug=workflow.slug)
     return render(request, "workflows/settings.html", {"workflow": workflow, "form": form})
 

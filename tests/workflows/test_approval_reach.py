@@ -29,7 +29,7 @@ def test_it_refuses_a_passkey_threshold_without_an_amount(
     for approval, message in [
         ({"passkey": "above"}, "needs passkey_above_amount"),
         ({"passkey": "always", "passkey_above_amount": "5.00"}, "only with passkey: above"),
-        ({"slack_channel": "#Not A Channel"}, "should match pattern"),
+        ({"slack_channel": "#Not A Channel"}, "is not a Slack channel: give its id (C0123ABCD)"),
     ]:
         text = yaml.safe_dump({"pandaweb": 1, **document(**approval)})
         with pytest.raises(workflow_services.ImportRefused) as refused:

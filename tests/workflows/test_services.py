@@ -404,3 +404,62 @@ def test_the_reencrypt_command_fails_whole_when_a_key_is_missing(
 
     acme_credential.refresh_from_db()
     assert acme_credential.ciphertext == original
+
+
+def settings_form(workflow: Workflow, **changes: Any) -> dict[str, Any]:
+    """Every argument of the settings form as the workflow has it now, with ``changes``."""
+    return {
+        "name": workflow.name,
+        "description": workflow.description,
+        "reviewer_group": workflow.reviewer_group,
+        "allowed_hosts": list(workflow.allowed_hosts),
+        "step_budget": workflow.step_budget,
+        "run_ttl_minutes": workflow.run_ttl_minutes,
+        "approval_quorum": workflow.approval_quorum,
+        "approval_expiry_minutes": workflow.approval_expiry_minutes,
+        "author_may_approve": workflow.author_may_approve,
+        "credentials": list(workflow.credentials.all()),
+        **changes,
+    }
+
+
+def test_changing_the_settings_of_a_published_workflow_starts_a_draft_to_publish(
+    operator: User,
+) -> None:
+    workflow = new_workflow(operator)
+    services.step_save(workflow_id=workflow.pk, user=operator, data=GOTO)
+    v1 = services.workflow_publish(workflow_id=workflow.pk, user=operator, message="first")
+
+    one_event(
+        "workflow.settings_changed",
+        lambda: services.workflow_update_settings(
+            workflow_id=workflow.pk,
+            user=operator,
+            **settings_form(
+                workflow, approval_expiry_minutes=30, approval_remind_before_minutes=10
+            ),
+        ),
+    )
+
+    draft = workflow.versions.get(status=WorkflowVersion.Status.DRAFT)
+    assert draft.steps == v1.steps
+    assert services.draft_review(workflow, draft).problems == []
+    # Runs keep the published version's policy until the draft is published.
+    assert v1.settings_model.approval.expiry_minutes == 60
+    v2 = services.workflow_publish(workflow_id=workflow.pk, user=operator, message="sooner")
+    assert (
+        v2.settings_model.approval.expiry_minutes,
+        v2.settings_model.approval.remind_before_minutes,
+    ) == (30, 10)
+
+
+def test_saving_the_settings_unchanged_starts_no_draft(operator: User) -> None:
+    workflow = new_workflow(operator)
+    services.step_save(workflow_id=workflow.pk, user=operator, data=GOTO)
+    services.workflow_publish(workflow_id=workflow.pk, user=operator, message="first")
+
+    services.workflow_update_settings(
+        workflow_id=workflow.pk, user=operator, **settings_form(workflow)
+    )
+
+    assert not workflow.versions.filter(status=WorkflowVersion.Status.DRAFT).exists()

@@ -274,12 +274,18 @@ def test_the_settings_form_sets_reminders_and_escalation_for_the_next_version(
         "approval_expiry_minutes": 60,
         "credentials": [c.pk for c in workflow.credentials.all()],
         "max_concurrent_runs": workflow.max_concurrent_runs,
+        "approval_passkey": "never",
+        "filmstrip_seconds_per_frame": 2,
+        "filmstrip_max_mb": 20,
     }
     refused = client.post(
         f"/workflows/{workflow.slug}/settings/",
         {**form, "approval_remind_before_minutes": 0, "approval_escalate_after_minutes": 20},
     )
-    assert "needs an escalation_group" in refused.content.decode()
+    assert (
+        "“Escalate an undecided request after (minutes)” needs an “Escalation group” to "
+        "escalate to" in refused.content.decode()
+    )
     workflow.refresh_from_db()
     assert workflow.approval_escalate_after_minutes == 0
 
@@ -296,9 +302,6 @@ def test_the_settings_form_sets_reminders_and_escalation_for_the_next_version(
     workflow.refresh_from_db()
     assert workflow.approval_remind_before_minutes == 10
     assert workflow.approval_escalation_group == "Admins"
-    services.step_save(
-        workflow_id=workflow.pk, user=operator, data={"id": "extra", "type": "press", "key": "Tab"}
-    )
     services.workflow_publish(workflow_id=workflow.pk, user=operator, message="v2")
     document = workflow.versions.get(number=2).document
     assert document is not None

@@ -1,8 +1,9 @@
-"""A workflow's life outside its steps: creating it, the settings the next version carries,
-archiving and restoring it."""
+"""A workflow's life outside its steps: creating it, the settings the next version carries (a
+change of them is a change of the draft), archiving and restoring it."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.contrib.auth.models import Group, User
@@ -13,8 +14,19 @@ from pandaweb.audit.services import audit_record
 from pandaweb.core.roles import Role
 from workflows.hosts import HostPatternError, parse_host_pattern
 from workflows.models import Credential, Workflow, WorkflowVersion
-from workflows.schema import WorkflowSettings
-from workflows.services.drafts import identity_of, lock_workflow, refuse_archived, settings_of
+from workflows.schema import (
+    APPROVAL_REACH_OPTIONS,
+    RECORDING_OPTIONS,
+    ApprovalPolicy,
+    WorkflowSettings,
+)
+from workflows.services.drafts import (
+    draft_get_or_create,
+    identity_of,
+    lock_workflow,
+    refuse_archived,
+    settings_of,
+)
 from workflows.services.errors import WorkflowError
 
 
@@ -92,12 +104,20 @@ def workflow_update_settings(
     approval_remind_before_minutes: int = 0,
     approval_escalate_after_minutes: int = 0,
     approval_escalation_group: str = "",
+    approval_reach: dict[str, Any] | None = None,
+    recording: dict[str, Any] | None = None,
     offer_as_tool: bool | None = None,
 ) -> Workflow:
-    """Change the settings the next published version will carry. Published versions keep theirs.
+    """Change the settings the next published version will carry. Published versions keep theirs,
+    and runs keep using the latest published version: a change of the document (identity or
+    settings) goes into the draft, started from the latest version when there is none, and
+    applies once the draft is published. Saving unchanged settings starts no draft.
 
-    ``offer_as_tool`` (None: unchanged) applies at once to every published version; only an
-    administrator changes it, since it hands the workflow to AI agents.
+    ``approval_reach`` (the Slack channel and passkey options, ``APPROVAL_REACH_OPTIONS``) and
+    ``recording`` (the filmstrip, ``RECORDING_OPTIONS``) replace those options whole; None leaves
+    them unchanged. ``offer_as_tool`` (None: unchanged) is no part of a version: it applies at
+    once to every published version; only an administrator changes it, since it hands the
+    workflow to AI agents.
     """
     workflow = lock_workflow(workflow_id)
     refuse_archived(workflow)
@@ -124,10 +144,10 @@ def workflow_update_settings(
                     "remind_before_minutes": approval_remind_before_minutes,
                     "escalate_after_minutes": approval_escalate_after_minutes,
                     "escalation_group": approval_escalation_group,
-                    **(workflow.approval_reach or {}),
+                    **(workflow.approval_reach if approval_reach is None else approval_reach),
                 },
                 "credentials": [c.name for c in credentials],
-                **(workflow.recording or {}),
+                **(workflow.recording if recording is None else recording),
             }
         )
     except ValidationError as exc:
@@ -152,6 +172,14 @@ def workflow_update_settings(
     workflow.approval_remind_before_minutes = checked.approval.remind_before_minutes
     workflow.approval_escalate_after_minutes = checked.approval.escalate_after_minutes
     workflow.approval_escalation_group = checked.approval.escalation_group
+    # Only what differs from the defaults, as an import stores them: the document (and its
+    # exports) of a workflow that never set them stays what it was.
+    workflow.approval_reach = checked.approval.model_dump(
+        mode="json", include=set(APPROVAL_REACH_OPTIONS), exclude_defaults=True
+    )
+    workflow.recording = checked.model_dump(
+        mode="json", include=set(RECORDING_OPTIONS), exclude_defaults=True
+    )
     workflow.save()
     workflow.credentials.set(credentials)
     after = {
@@ -159,6 +187,12 @@ def workflow_update_settings(
         "settings": settings_of(workflow),
         "offer_as_tool": workflow.offer_as_tool,
     }
+    # The settings live on the workflow row until a version freezes them; without a draft there
+    # would be nothing to publish, and runs would never see the change.
+    versioned = {k: v for k, v in after.items() if k != "offer_as_tool"} != {
+        k: v for k, v in before.items() if k != "offer_as_tool"
+    }
+    draft = draft_get_or_create(workflow) if versioned else None
     audit_record(
         action="workflow.settings_changed",
         object_type="workflow",
@@ -166,24 +200,48 @@ def workflow_update_settings(
         actor=user,
         before=_changed(before, after),
         after=_changed(after, before),
+        extra={"draft": draft.pk} if draft is not None else None,
     )
     return workflow
 
 
+# The settings form's field of each setting the schema names (the others keep their name).
+_FORM_FIELDS = {
+    "quorum": "approval_quorum",
+    "expiry_minutes": "approval_expiry_minutes",
+    "remind_before_minutes": "approval_remind_before_minutes",
+    "escalate_after_minutes": "approval_escalate_after_minutes",
+    "escalation_group": "approval_escalation_group",
+    "slack_channel": "approval_slack_channel",
+    "passkey_above_amount": "approval_passkey_above_amount",
+    "passkey": "approval_passkey",
+}
+
+
 def _settings_errors(exc: ValidationError) -> dict[str, list[str]]:
-    names = {
-        "quorum": "approval_quorum",
-        "expiry_minutes": "approval_expiry_minutes",
-        "remind_before_minutes": "approval_remind_before_minutes",
-        "escalate_after_minutes": "approval_escalate_after_minutes",
-        "escalation_group": "approval_escalation_group",
+    """The schema's refusals by form field, in the form's words: a rule that spans settings
+    ("remind_before_minutes must be shorter than expiry_minutes") is said with the settings'
+    titles, on the first setting it names."""
+    titles = {
+        name: f"“{info.title}”"
+        for model in (WorkflowSettings, ApprovalPolicy)
+        for name, info in model.model_fields.items()
+        if info.title
     }
+    # Longest first: passkey_above_amount before passkey.
+    mentioned = re.compile("|".join(sorted(map(re.escape, titles), key=len, reverse=True)))
     errors: dict[str, list[str]] = {}
     for error in exc.errors():
-        loc = [str(p) for p in error["loc"]]
-        field = names.get(loc[-1], loc[1] if loc[0] == "approval" and len(loc) > 1 else loc[0])
-        field = names.get(field, field)
-        errors.setdefault(field, []).append(str(error["msg"]).removeprefix("Value error, "))
+        loc = [str(p) for p in error["loc"] if not isinstance(p, int)]
+        message = str(error["msg"]).removeprefix("Value error, ")
+        field = loc[-1] if loc else "__all__"
+        if field == "approval":
+            first = mentioned.search(message)
+            field = first.group(0) if first else "__all__"
+        message = mentioned.sub(lambda m: titles[m.group(0)], message).replace(
+            "passkey: above", "“above an amount”"
+        )
+        errors.setdefault(_FORM_FIELDS.get(field, field), []).append(message)
     return errors
 
 
