@@ -130,14 +130,14 @@ class WorkflowSettingsForm(forms.Form):
             ("above", "above an amount"),
         ],
         label=ApprovalPolicy.model_fields["passkey"].title,
-        help_text=ApprovalPolicy.model_fields["passkey"].description,
+        help_text=ApprovalPolicy.model_fields["passkey"].description or "",
     )
     approval_passkey_above_amount = forms.DecimalField(
         required=False,
         min_value=0,
         decimal_places=2,
         label=ApprovalPolicy.model_fields["passkey_above_amount"].title,
-        help_text=ApprovalPolicy.model_fields["passkey_above_amount"].description,
+        help_text=ApprovalPolicy.model_fields["passkey_above_amount"].description or "",
     )
     filmstrip = _setting(WorkflowSettings, "filmstrip")
     filmstrip_seconds_per_frame = _setting(WorkflowSettings, "filmstrip_seconds_per_frame")

@@ -9,7 +9,7 @@ from django.http import Http404
 from sessions.engine.steps.base import StepBase
 from sessions.engine.steps.language import Target
 from workflows.models import Credential, Workflow, WorkflowVersion
-from workflows.schema import STEP_ADAPTER, describe_step
+from workflows.schema import STEP_ADAPTER, WorkflowSettings, describe_step
 
 
 def workflow_list(*, search: str = "", archived: bool = False) -> QuerySet[Workflow]:
@@ -116,3 +116,71 @@ def credential_list() -> QuerySet[Credential]:
         .prefetch_related("workflows")
         .order_by("name")
     )
+
+
+@dataclass(frozen=True)
+class SettingView:
+    """One setting as runs use it now (the latest published version's) and, when the draft
+    would change it, the draft's value."""
+
+    label: str
+    now: str
+    draft: str | None
+
+
+def settings_views(
+    published: dict[str, Any] | None, draft: dict[str, Any] | None
+) -> list[SettingView]:
+    """The identity and settings of two documents (a published version's, the draft's) side by
+    side, in words. ``published`` None: nothing is published, runs use nothing yet (''). A
+    draft whose settings do not validate yet shows no values of its own."""
+    now = _setting_words(published) if published is not None else {}
+    then = _setting_words(draft) if draft is not None else {}
+    labels = list(now or then)
+    return [
+        SettingView(
+            label=label,
+            now=now.get(label, ""),
+            draft=then[label] if label in then and then[label] != now.get(label) else None,
+        )
+        for label in labels
+    ]
+
+
+def _setting_words(document: dict[str, Any]) -> dict[str, str]:
+    try:
+        settings = WorkflowSettings.model_validate(document.get("settings") or {})
+    except ValueError:
+        return {}
+    policy = settings.approval
+    filmstrip = (
+        f"a frame every {settings.filmstrip_seconds_per_frame:g} s, "
+        f"at most {settings.filmstrip_max_mb} MB"
+        if settings.filmstrip
+        else "off"
+    )
+    passkey = (
+        f"above {policy.passkey_above_amount}" if policy.passkey == "above" else policy.passkey
+    )
+    return {
+        "Name": str(document.get("name", "")),
+        "Description": str(document.get("description") or "none"),
+        "Reviewer group": str(document.get("reviewer_group") or "Reviewers"),
+        "Allowed hosts": ", ".join(settings.allowed_hosts),
+        "Step budget": f"{settings.step_budget} steps",
+        "Time limit": f"{settings.run_ttl_minutes} min",
+        "Runs at once": str(settings.max_concurrent_runs),
+        "Approvals needed": str(policy.quorum),
+        "Approval expires after": f"{policy.expiry_minutes} min",
+        "Author may approve": "yes" if policy.author_may_approve else "no",
+        "Reminder": f"{policy.remind_before_minutes} min before expiry"
+        if policy.remind_before_minutes
+        else "none",
+        "Escalation": f"to {policy.escalation_group} after {policy.escalate_after_minutes} min"
+        if policy.escalate_after_minutes
+        else "never",
+        "Slack channel": policy.slack_channel or "none",
+        "Passkey with every verdict": passkey,
+        "Filmstrip": filmstrip,
+        "Credentials": ", ".join(settings.credentials) or "none",
+    }

@@ -48,6 +48,12 @@ def _editor_context(request: AuthenticatedRequest, workflow: Workflow) -> dict[s
     review = services.draft_review(workflow, draft) if draft is not None else None
     working = selectors.working_copy(workflow)
     session = (working.session if working else None) or None
+    versions = selectors.published_versions(workflow)
+    latest = versions.first()
+    setting_views = selectors.settings_views(
+        latest.document if latest is not None else None,
+        services.draft_canonical_data(workflow, draft) if draft is not None else None,
+    )
     return {
         "workflow": workflow,
         "draft": draft,
@@ -58,7 +64,9 @@ def _editor_context(request: AuthenticatedRequest, workflow: Workflow) -> dict[s
         "session_palette": SESSION_PALETTE,
         "parameters": [Parameter.model_validate(p) for p in working.parameters] if working else [],
         "review": review,
-        "versions": selectors.published_versions(workflow),
+        "versions": versions,
+        "settings": setting_views,
+        "settings_changed": sum(row.draft is not None for row in setting_views),
         "palette": STEP_PALETTE,
         "can_edit": _editable(request) and not workflow.archived,
         "can_author": _editable(request),

@@ -10,6 +10,7 @@ from pandaweb.core.roles import Role
 from tests.factories import user_with_role
 from tests.workflows.conftest import EXAMPLE
 from workflows import services
+from workflows.forms import WorkflowSettingsForm
 from workflows.models import Credential, Workflow
 
 pytestmark = pytest.mark.django_db
@@ -350,3 +351,86 @@ def test_the_palette_offers_asking_a_person(operator: User, workflow: Workflow) 
         "options": ["Nordwind GmbH", "Nordwind Logistik GmbH"], "save_as": "supplier",
         "answered_by": "Treasury", "timeout_minutes": 30,
     }  # fmt: skip
+
+
+def settings_post(workflow: Workflow, **changes: object) -> dict[str, object]:
+    """The settings form as it comes filled in for ``workflow``, with ``changes``."""
+    initial = WorkflowSettingsForm.initial_from(workflow)
+    initial["credentials"] = [c.pk for c in initial["credentials"]]
+    return {
+        k: v
+        for k, v in {**initial, **changes}.items()
+        if v is not None and v is not False and k != "offer_as_tool"
+    }
+
+
+def test_saved_settings_wait_in_the_draft_and_the_page_says_old_and_new(
+    operator: User, workflow: Workflow
+) -> None:
+    client = Client()
+    client.force_login(operator)
+
+    saved = client.post(
+        f"/workflows/{workflow.slug}/settings/",
+        settings_post(workflow, approval_expiry_minutes=30, approval_remind_before_minutes=10),
+        follow=True,
+    )
+
+    page = saved.content.decode()
+    assert "Settings saved in the draft" in page
+    assert "Unpublished changes." in page
+    assert "Publish version 2" in page
+    assert "Runs use the settings of v1." in page
+    assert '<dd>60 min <span class="draft-change">→ draft: 30 min</span>' in page
+    assert "→ draft: 10 min before expiry" in page
+    assert workflow.versions.get(number=1).settings_model.approval.expiry_minutes == 60
+
+
+def test_the_form_sets_slack_the_passkey_and_the_filmstrip_with_errors_in_its_words(
+    operator: User, workflow: Workflow
+) -> None:
+    client = Client()
+    client.force_login(operator)
+    url = f"/workflows/{workflow.slug}/settings/"
+
+    wrong_channel = client.post(
+        url, settings_post(workflow, approval_slack_channel="#Pay Ments")
+    ).content.decode()
+    no_amount = client.post(url, settings_post(workflow, approval_passkey="above")).content.decode()
+    assert "is not a Slack channel: give its id (C0123ABCD)" in wrong_channel
+    assert "“above an amount” needs “Passkey above the amount”, e.g. 1000.00" in no_amount
+    workflow.refresh_from_db()
+    assert workflow.approval_reach == {}
+
+    client.post(
+        url,
+        settings_post(
+            workflow,
+            approval_slack_channel="#payments",
+            approval_passkey="above",
+            approval_passkey_above_amount="1000.00",
+            filmstrip="on",
+            filmstrip_seconds_per_frame=1,
+            filmstrip_max_mb=5,
+        ),
+    )
+    services.workflow_publish(workflow_id=workflow.pk, user=operator, message="v2")
+
+    settings = workflow.versions.get(number=2).settings_model
+    assert settings.approval.slack_channel == "#payments"
+    assert (settings.approval.passkey, str(settings.approval.passkey_above_amount)) == (
+        "above",
+        "1000.00",
+    )
+    assert (
+        settings.filmstrip,
+        settings.filmstrip_seconds_per_frame,
+        settings.filmstrip_max_mb,
+    ) == (
+        True,
+        1,
+        5,
+    )
+    form = client.get(url).content.decode()
+    assert 'value="#payments"' in form
+    assert 'value="1000.00"' in form

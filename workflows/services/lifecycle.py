@@ -233,14 +233,17 @@ def _settings_errors(exc: ValidationError) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     for error in exc.errors():
         loc = [str(p) for p in error["loc"] if not isinstance(p, int)]
-        message = str(error["msg"]).removeprefix("Value error, ")
+        # "passkey: above" is the file's way to say the form's choice.
+        message = (
+            str(error["msg"])
+            .removeprefix("Value error, ")
+            .replace("passkey: above", "“above an amount”")
+        )
         field = loc[-1] if loc else "__all__"
         if field == "approval":
             first = mentioned.search(message)
             field = first.group(0) if first else "__all__"
-        message = mentioned.sub(lambda m: titles[m.group(0)], message).replace(
-            "passkey: above", "“above an amount”"
-        )
+        message = mentioned.sub(lambda m: titles[m.group(0)], message)
         errors.setdefault(_FORM_FIELDS.get(field, field), []).append(message)
     return errors
 
