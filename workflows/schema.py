@@ -302,7 +302,7 @@ class ApprovalPolicy(Strict):
         ge=0,
         decimal_places=2,
         title="Passkey above the amount",
-        description="Only with “above the amount”, e.g. 1000.00.",
+        description="Only with “above an amount”, e.g. 1000.00.",
     )
     facts: DecisionFacts = Field(default_factory=DecisionFacts)
 

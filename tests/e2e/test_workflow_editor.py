@@ -1,13 +1,15 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, ViewportSize, expect
 
 from pandaweb.core.roles import Role
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, workflow_import_and_publish
 from tests.e2e.test_dashboard import log_in
+from tests.e2e.test_phone import DESKTOP, PHONE, assert_no_sideways_scroll, keep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -166,3 +168,101 @@ def test_an_operator_writes_a_session_template_in_the_editor(page: Page, stack: 
         ]
     )
     expect(panel).to_contain_text("the button 'Log out' shows at http://127.0.0.1:8001/")
+
+
+@pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_saved_settings_wait_for_publishing_and_then_apply_to_the_next_run(
+    page: Page, stack: Stack, size: ViewportSize, tmp_path: Path
+) -> None:
+    stack.manage("demo_workflow")  # the portal credential
+    page.set_viewport_size(size)
+    device = "desktop" if size is DESKTOP else "phone"
+    slug = f"settings-apply-{device}"
+    portal = stack.portal_url.rstrip("/")
+    log_in(page, stack, Role.OPERATORS)
+    workflow_import_and_publish(
+        page,
+        stack,
+        {
+            "pandaweb": 1,
+            "name": f"Approve an invoice ({device})",
+            "slug": slug,
+            "settings": {
+                "allowed_hosts": [portal.removeprefix("http://")],
+                "credentials": ["acme-portal"],
+            },
+            "steps": [
+                {"id": "open-login", "type": "goto", "url": f"{portal}/login"},
+                {
+                    "id": "log-in",
+                    "type": "login",
+                    "credential": "acme-portal",
+                    "username": {"label": "Username"},
+                    "password": {"label": "Password"},
+                    "submit": {"role": "button", "name": "Sign in"},
+                },
+                {"id": "open", "type": "goto", "url": f"{portal}/lab/approvals/INV-1033"},
+                {
+                    "id": "approve",
+                    "type": "click",
+                    "irreversible": True,
+                    "target": {"role": "button", "name": "Approve invoice"},
+                    "expect": {"text": "approved for payment"},
+                },
+            ],
+        },
+    )
+
+    page.get_by_role("link", name="Settings").click()
+    page.get_by_label("Approval expires after (minutes)").fill("30")
+    page.get_by_label("Remind the reviewers before expiry (minutes)").fill("10")
+    assert_no_sideways_scroll(page)
+    keep(page, tmp_path, f"settings-form-{device}.png", full_page=True)
+    page.get_by_role("button", name="Save settings").click()
+
+    expect(page.locator(".message-success")).to_contain_text("Settings saved in the draft")
+    expect(page.get_by_text("Unpublished changes.")).to_be_visible()
+    expect(page.get_by_role("button", name="Publish version 2")).to_be_visible()
+    summary = page.get_by_role("region", name="Settings")
+    expect(summary).to_contain_text("Runs use the settings of v1.")
+    expect(summary).to_contain_text("60 min → draft: 30 min")
+    expect(summary).to_contain_text("none → draft: 10 min before expiry")
+    assert_no_sideways_scroll(page)
+    keep(page, tmp_path, f"settings-draft-{device}.png", full_page=True)
+
+    # The draft is not what runs use: this run waits under version 1's policy.
+    waiting = launch_and_wait_for_approval(page, stack, slug, version=1)
+    expect(waiting).to_contain_text(re.compile(r"expires (59|60)\s+minutes from now\."))
+    cancel(page)
+
+    page.goto(f"{stack.url}/workflows/{slug}/")
+    page.get_by_label("What changed").fill("Approvals expire sooner, with a reminder")
+    page.get_by_role("button", name="Publish version 2").click()
+    expect(page.locator(".message-success")).to_contain_text("Published version 2.")
+    expect(page.get_by_text("No unpublished changes.")).to_be_visible()
+    expect(page.get_by_role("region", name="Settings")).to_contain_text(
+        "Runs use the settings of v2."
+    )
+
+    waiting = launch_and_wait_for_approval(page, stack, slug, version=2)
+    expect(waiting).to_contain_text(
+        re.compile(
+            r"expires (29|30)\s+minutes from now \(the reviewers are reminded 10 min before\)"
+        )
+    )
+    cancel(page)
+
+
+def launch_and_wait_for_approval(page: Page, stack: Stack, slug: str, *, version: int) -> Locator:
+    page.goto(f"{stack.url}/workflows/{slug}/")
+    page.get_by_role("link", name=f"Launch v{version}").click()
+    expect(page.get_by_text(f"The run uses version {version}")).to_be_visible()
+    page.get_by_role("button", name="Launch run").click()
+    expect(page.locator("#run-header")).to_contain_text("Awaiting approval", timeout=180_000)
+    return page.locator("#run-header .warning-box", has_text="Waiting for approval")
+
+
+def cancel(page: Page) -> None:
+    """Nobody decides in this test: the run gives its browser back."""
+    page.get_by_role("button", name="Cancel run").click()
+    expect(page.locator("#run-header")).to_contain_text("Cancel", timeout=60_000)
