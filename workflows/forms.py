@@ -161,9 +161,12 @@ class WorkflowSettingsForm(forms.Form):
         """The form's values: the settings the next version carries, as the workflow holds
         them (the schema's defaults for the options it leaves out)."""
         reach = ApprovalPolicy.model_validate(workflow.approval_reach or {})
-        recording = WorkflowSettings.model_validate(
-            {"allowed_hosts": ["localhost"], **(workflow.recording or {})}
-        )
+        recording = {
+            option: (workflow.recording or {}).get(
+                option, WorkflowSettings.model_fields[option].default
+            )
+            for option in RECORDING_OPTIONS
+        }
         return {
             "name": workflow.name,
             "description": workflow.description,
@@ -181,9 +184,7 @@ class WorkflowSettingsForm(forms.Form):
             "approval_slack_channel": reach.slack_channel or "",
             "approval_passkey": reach.passkey,
             "approval_passkey_above_amount": reach.passkey_above_amount,
-            "filmstrip": recording.filmstrip,
-            "filmstrip_seconds_per_frame": recording.filmstrip_seconds_per_frame,
-            "filmstrip_max_mb": recording.filmstrip_max_mb,
+            **recording,
             "credentials": list(workflow.credentials.all()),
             "offer_as_tool": workflow.offer_as_tool,
         }

@@ -224,14 +224,17 @@ def workflow_settings(request: AuthenticatedRequest, slug: str) -> HttpResponse:
                 form.add_error(None, str(exc))
             _add_service_errors(form, exc)
         else:
-            if selectors.draft_of(workflow) is not None:
+            latest = selectors.published_versions(workflow).first()
+            if selectors.draft_of(workflow) is None:
+                messages.success(request, "Settings saved.")
+            elif latest is None:
+                messages.success(request, "Settings saved in the draft.")
+            else:
                 messages.success(
                     request,
-                    "Settings saved in the draft. Runs keep the published version's settings "
+                    f"Settings saved in the draft. Runs keep the settings of v{latest.number} "
                     "until you publish it.",
                 )
-            else:
-                messages.success(request, "Settings saved.")
             return redirect("workflows:detail", slug=workflow.slug)
     return render(request, "workflows/settings.html", {"workflow": workflow, "form": form})
 

@@ -113,7 +113,7 @@ def test_an_operator_writes_a_session_template_in_the_editor(page: Page, stack: 
     page.get_by_role("link", name="Settings").click()
     page.get_by_label("acme-portal").check()
     page.get_by_role("button", name="Save").click()
-    expect(page.locator(".message-success")).to_contain_text("Settings saved.")
+    expect(page.locator(".message-success")).to_contain_text("Settings saved in the draft.")
     add_step(page, "Go to a page", {"Address": "http://127.0.0.1:8001/invoices"})
 
     page.get_by_role("link", name="Add a session template").click()
