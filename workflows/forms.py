@@ -20,13 +20,18 @@ from workflows.editor_syntax import (
 )
 from workflows.models import Credential, Workflow
 from workflows.schema import (
+    DECISION_FACTS,
     RECORDING_OPTIONS,
     STEP_CLASSES,
     STEP_EDITOR_FIELDS,
     STEP_TYPES,
     ApprovalPolicy,
+    DecisionFacts,
     WorkflowSettings,
 )
+
+# The decision facts' fields of the settings form, in its order: the facts and their currency.
+FACT_FIELDS = (*DECISION_FACTS, "currency")
 
 TARGET_HELP = (
     'How a person finds it on the page: button "Submit payment", link "Invoices", '
@@ -139,6 +144,10 @@ class WorkflowSettingsForm(forms.Form):
         label=ApprovalPolicy.model_fields["passkey_above_amount"].title,
         help_text=ApprovalPolicy.model_fields["passkey_above_amount"].description or "",
     )
+    approval_fact_amount = _setting(DecisionFacts, "amount", required=False, max_length=63)
+    approval_fact_currency = _setting(DecisionFacts, "currency", required=False, max_length=63)
+    approval_fact_payee = _setting(DecisionFacts, "payee", required=False, max_length=63)
+    approval_fact_reference = _setting(DecisionFacts, "reference", required=False, max_length=63)
     filmstrip = _setting(WorkflowSettings, "filmstrip")
     filmstrip_seconds_per_frame = _setting(WorkflowSettings, "filmstrip_seconds_per_frame")
     filmstrip_max_mb = _setting(WorkflowSettings, "filmstrip_max_mb")
@@ -184,19 +193,26 @@ class WorkflowSettingsForm(forms.Form):
             "approval_slack_channel": reach.slack_channel or "",
             "approval_passkey": reach.passkey,
             "approval_passkey_above_amount": reach.passkey_above_amount,
+            **{f"approval_fact_{fact}": getattr(reach.facts, fact) or "" for fact in FACT_FIELDS},
             **recording,
             "credentials": list(workflow.credentials.all()),
             "offer_as_tool": workflow.offer_as_tool,
         }
 
     def approval_reach(self) -> dict[str, Any]:
-        """The Slack and passkey options as the schema names them (validated by the service)."""
+        """The Slack, passkey and decision facts options as the schema names them (validated by
+        the service)."""
         data = self.cleaned_data
         amount = data.get("approval_passkey_above_amount")
         return {
             "slack_channel": data.get("approval_slack_channel", "").strip() or None,
             "passkey": data["approval_passkey"],
             "passkey_above_amount": None if amount is None else str(amount),
+            "facts": {
+                fact: value
+                for fact in FACT_FIELDS
+                if (value := data.get(f"approval_fact_{fact}", "").strip())
+            },
         }
 
     def recording(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from datetime import date
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import Field, TypeAdapter, field_validator, model_validator
+from pydantic import Field, TypeAdapter, ValidationInfo, field_validator, model_validator
 
 from sessions.engine import steps as step_kinds
 from sessions.engine.steps.base import Problem, StepBase, StepScope, url_problem
@@ -226,10 +226,41 @@ class DecisionFacts(Strict):
     Without an ``amount``, the workflow's money parameter is the amount. ``currency`` is a code
     (EUR) or names the value that holds it; a money parameter brings its own."""
 
-    amount: str | None = Field(default=None, pattern=IDENTIFIER)
-    currency: str | None = Field(default=None, pattern=r"^([A-Z]{3}|[a-z][a-z0-9_]{0,62})$")
-    payee: str | None = Field(default=None, pattern=IDENTIFIER)
-    reference: str | None = Field(default=None, pattern=IDENTIFIER)
+    amount: str | None = Field(
+        default=None,
+        title="Amount",
+        description="The parameter or extracted output holding the amount; empty: the money "
+        "parameter.",
+    )
+    currency: str | None = Field(
+        default=None,
+        title="Currency",
+        description="A code (EUR) or the parameter or output holding it; a money parameter "
+        "brings its own.",
+    )
+    payee: str | None = Field(
+        default=None,
+        title="Payee",
+        description="The parameter or output naming who is paid (a name, an IBAN).",
+    )
+    reference: str | None = Field(
+        default=None,
+        title="Reference",
+        description="The parameter or output identifying what is paid (an invoice number).",
+    )
+
+    @field_validator("amount", "payee", "reference", "currency")
+    @classmethod
+    def _names_a_value(cls, name: str | None, info: ValidationInfo) -> str | None:
+        if name is None or re.fullmatch(IDENTIFIER, name):
+            return name
+        if info.field_name == "currency" and CURRENCY_CODE.fullmatch(name):
+            return name
+        code = " or a currency code (EUR)" if info.field_name == "currency" else ""
+        raise ValueError(
+            f"'{name[:80]}' is not the name of a parameter or output (lowercase letters, digits "
+            f"and _, like payee_iban){code}"
+        )
 
 
 @dataclass(frozen=True)
@@ -295,7 +326,7 @@ class ApprovalPolicy(Strict):
         default="never",
         title="Passkey with every verdict",
         description="A reviewer confirms each decision with a fresh passkey: never, always, or "
-        "when the request's amount (the workflow's money parameter) is above an amount.",
+        "when the request's amount (its decision facts' amount) is above an amount.",
     )
     passkey_above_amount: Decimal | None = Field(
         default=None,

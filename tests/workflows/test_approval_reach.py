@@ -82,7 +82,7 @@ def test_the_options_reach_every_published_version_and_survive_the_settings_form
         ({"payee": "supplier"}, "there is no parameter or extracted output 'supplier'"),
         ({"amount": "invoice"}, "the amount must be a money or number parameter"),
         ({"amount": "amount", "currency": "USD"}, "is a money parameter in EUR"),
-        ({"reference": "Invoice"}, "should match pattern"),
+        ({"reference": "Invoice"}, "'Invoice' is not the name of a parameter or output"),
         ({"currency": "eur"}, "there is no parameter or extracted output 'eur'"),
     ],
 )

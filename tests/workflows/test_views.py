@@ -278,6 +278,9 @@ def test_the_settings_form_sets_reminders_and_escalation_for_the_next_version(
         "approval_passkey": "never",
         "filmstrip_seconds_per_frame": 2,
         "filmstrip_max_mb": 20,
+        # As the form shows them: the example's decision facts.
+        "approval_fact_payee": "iban",
+        "approval_fact_reference": "invoice",
     }
     refused = client.post(
         f"/workflows/{workflow.slug}/settings/",
@@ -400,7 +403,7 @@ def test_the_form_sets_slack_the_passkey_and_the_filmstrip_with_errors_in_its_wo
     assert "is not a Slack channel: give its id (C0123ABCD)" in wrong_channel
     assert "“above an amount” needs “Passkey above the amount”, e.g. 1000.00" in no_amount
     workflow.refresh_from_db()
-    assert workflow.approval_reach == {}
+    assert workflow.approval_reach == {"facts": {"payee": "iban", "reference": "invoice"}}
 
     client.post(
         url,
@@ -434,3 +437,34 @@ def test_the_form_sets_slack_the_passkey_and_the_filmstrip_with_errors_in_its_wo
     form = client.get(url).content.decode()
     assert 'value="#payments"' in form
     assert 'value="1000.00"' in form
+
+
+def test_the_settings_form_shows_and_sets_the_decision_facts(
+    operator: User, workflow: Workflow
+) -> None:
+    client = Client()
+    client.force_login(operator)
+    page = client.get(f"/workflows/{workflow.slug}/settings/")
+    form = page.context["form"]
+    assert form.initial["approval_fact_payee"] == "iban"
+    assert form.initial["approval_fact_reference"] == "invoice"
+    data = settings_post(workflow)
+
+    refused = client.post(
+        f"/workflows/{workflow.slug}/settings/", {**data, "approval_fact_payee": "The IBAN"}
+    )
+    assert refused.context["form"].errors["approval_fact_payee"] == [
+        "'The IBAN' is not the name of a parameter or output (lowercase letters, digits and _, "
+        "like payee_iban)"
+    ]
+
+    saved = client.post(
+        f"/workflows/{workflow.slug}/settings/", {**data, "approval_fact_amount": "amount"}
+    )
+    assert saved.status_code == 302
+    workflow.refresh_from_db()
+    assert workflow.approval_reach["facts"] == {
+        "amount": "amount",
+        "payee": "iban",
+        "reference": "invoice",
+    }

@@ -215,6 +215,10 @@ _FORM_FIELDS = {
     "slack_channel": "approval_slack_channel",
     "passkey_above_amount": "approval_passkey_above_amount",
     "passkey": "approval_passkey",
+    "amount": "approval_fact_amount",
+    "currency": "approval_fact_currency",
+    "payee": "approval_fact_payee",
+    "reference": "approval_fact_reference",
 }
 
 
