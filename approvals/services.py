@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
@@ -25,6 +25,7 @@ from approvals.models import ApprovalComment, ApprovalDecision, ApprovalRequest,
 from approvals.policy import approval_refusal
 from approvals.questions import question_expire_due, question_remind_due, question_void_pending
 from approvals.selectors import approval_absent_today, approval_visible_to
+from approvals.slack import minutes_left
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from pandaweb.core.dispatch import dispatch, task_named
@@ -38,6 +39,7 @@ from sessions.services.runstate import destroy_sandbox, host_queue, run_files_di
 logger = logging.getLogger(__name__)
 
 A = ApprovalRequest.Status
+NoticeKind = Literal["approval.requested", "approval.reminded", "approval.escalated"]
 
 
 class ApprovalRefused(Exception):
@@ -180,23 +182,31 @@ def _recipients(
 
 
 def approval_notify(
-    *, approval: ApprovalRequest, users: list[User], subject: str, body: str
+    *,
+    approval: ApprovalRequest,
+    users: list[User],
+    subject: str,
+    body: str,
+    kind: NoticeKind = "approval.requested",
+    nudge: str = "",
 ) -> None:
     """Tell ``users`` about ``approval`` once the caller's transaction commits, each through the
     channels they chose (pandaweb.reviewers.notify: e-mail, Slack, browser push, quiet hours).
 
     The one place approval messages leave pandaweb. A delivery failure is logged by ``notify``
-    and never undoes the change it announces.
+    and never undoes the change it announces. ``nudge`` (a reminder, an escalation) is what a
+    Slack card the person already has gets in its thread instead of a second card.
     """
 
     if not users:
         return
     event = ApprovalEvent(
-        kind="approval.requested",
+        kind=kind,
         approval_id=approval.pk,
         title=subject,
         body=body,
         url=f"{settings.PANDAWEB_BASE_URL}/approvals/{approval.pk}/",
+        nudge=nudge,
     )
 
     def send() -> None:
@@ -312,6 +322,19 @@ def _cards_changed(approval: ApprovalRequest) -> None:
     if not settings.SLACK_BOT_TOKEN:
         return
     dispatch(task_named("approvals.slack_cards_update"), approval_id=approval.pk)
+
+
+def _channel_nudged(approval: ApprovalRequest, run: Run, text: str) -> None:
+    """Reply ``text`` in the thread of the request's card in the workflow's channel (once this
+    transaction commits), so the channel hears of a reminder or an escalation too."""
+    channel = run.version.settings_model.approval.slack_channel
+    if settings.SLACK_BOT_TOKEN and channel:
+        dispatch(
+            task_named("approvals.slack_card_nudge"),
+            approval_id=approval.pk,
+            channel=channel,
+            text=text,
+        )
 
 
 def _approve(run: Run, approval: ApprovalRequest) -> None:
@@ -466,12 +489,19 @@ def approval_remind_due() -> list[int]:
             if approval.escalated_at and approval.escalation_group:
                 groups.append(approval.escalation_group)
             people = [approval.assignee] if approval.assignee else []
+            left = minutes_left(approval)
+            nudge = f"Reminder: expires in {left} min, still waiting for a decision."
             approval_notify(
                 approval=approval,
                 users=_recipients(approval, groups=groups, people=people),
-                subject=f"Reminder, approval expires soon: {run.workflow.name} (run #{run.pk})",
-                body=_mail_body(approval, "Still waiting for a decision:\n\n"),
+                subject=f"Reminder: approval expires in {left} min: {run.workflow.name} "
+                f"(run #{run.pk})",
+                body=_mail_body(approval, "Reminder, still waiting for a decision:\n\n"),
+                kind="approval.reminded",
+                nudge=nudge,
             )
+            _cards_changed(approval)
+            _channel_nudged(approval, run, nudge)
         reminded.append(approval_id)
     return reminded
 
@@ -503,17 +533,23 @@ def approval_escalate_due() -> list[int]:
                 run_id=run.pk,
                 approval_id=approval.pk,
             )
+            group = approval.escalation_group
+            nudge = (
+                f"Escalated to {group}: undecided for {after} min, so its members may decide it."
+            )
             approval_notify(
                 approval=approval,
-                users=_recipients(approval, groups=[approval.escalation_group]),
-                subject=f"Approval escalated to {approval.escalation_group}: "
-                f"{run.workflow.name} (run #{run.pk})",
+                users=_recipients(approval, groups=[group]),
+                subject=f"Approval escalated to {group}: {run.workflow.name} (run #{run.pk})",
                 body=_mail_body(
                     approval,
-                    f"Undecided for {after} minutes, so {approval.escalation_group} may decide "
-                    "it now:\n\n",
+                    f"Undecided for {after} minutes, so {group} may decide it now:\n\n",
                 ),
+                kind="approval.escalated",
+                nudge=nudge,
             )
+            _cards_changed(approval)
+            _channel_nudged(approval, run, nudge)
         escalated.append(approval_id)
     return escalated
 

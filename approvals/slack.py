@@ -85,7 +85,11 @@ def card_state(approval: ApprovalRequest) -> str:
     approvals = sum(
         1 for d in approval.decisions.all() if d.verdict == ApprovalDecision.Verdict.APPROVE
     )
-    return f"{approval.status}:{approvals}"
+    state = f"{approval.status}:{approvals}"
+    if approval.status == A.PENDING:
+        state += ":reminded" if approval.reminded_at else ""
+        state += f":escalated:{approval.escalation_group}" if approval.escalated_at else ""
+    return state
 
 
 def card_blocks(approval: ApprovalRequest) -> tuple[str, list[dict[str, Any]]]:
@@ -218,30 +222,87 @@ def slack_card_post(*, approval_id: int, channel: str) -> SlackCard:
     approval = ApprovalRequest.objects.select_related("run__workflow", "run__launched_by").get(
         pk=approval_id
     )
-    text, blocks = card_blocks(approval)
+    text, blocks = _with_notices(approval, *card_blocks(approval))
     response = client().chat_postMessage(channel=channel, text=text, blocks=blocks)
     return SlackCard.objects.create(
         approval=approval,
         channel=str(response["channel"]),
         ts=str(response["ts"]),
+        addressed_to=channel,
         shown=card_state(approval),
     )
 
 
 def slack_cards_update(*, approval_id: int) -> int:
     """Bring every card of the request up to date (``chat.update``); how many changed.
-    Idempotent: a card already showing the current state is left alone."""
+    Idempotent: a card already showing the current state is left alone. A pending card says
+    when it was reminded and to whom it was escalated (``card_notices``)."""
     approval = ApprovalRequest.objects.select_related("run__workflow", "run__launched_by").get(
         pk=approval_id
     )
     state = card_state(approval)
     changed = 0
     for card in SlackCard.objects.filter(approval=approval).exclude(shown=state):
-        text, blocks = card_blocks(approval)
+        text, blocks = _with_notices(approval, *card_blocks(approval))
         client().chat_update(channel=card.channel, ts=card.ts, text=text, blocks=blocks)
         SlackCard.objects.filter(pk=card.pk).update(shown=state)
         changed += 1
     return changed
+
+
+def minutes_left(approval: ApprovalRequest) -> int:
+    """Whole minutes until the request expires, rounded up (0 once it has)."""
+    seconds = (approval.expires_at - timezone.now()).total_seconds()
+    return max(0, -int(-seconds // 60))
+
+
+def card_notices(approval: ApprovalRequest) -> list[str]:
+    """What happened to a pending request since its card was posted: its escalation, then its
+    reminder (newest last, as a reader of the card meets them)."""
+    if approval.status != A.PENDING:
+        return []
+    notices = []
+    if approval.escalated_at and approval.escalation_group:
+        notices.append(
+            f":arrow_double_up: *Escalated to {_escape(approval.escalation_group)}*: undecided "
+            f"for {approval.escalate_after_minutes} min, so its members may decide it too."
+        )
+    if approval.reminded_at:
+        notices.append(
+            f":alarm_clock: *Reminder: expires in {minutes_left(approval)} min* "
+            f"(at {approval.expires_at:%H:%M} UTC)."
+        )
+    return notices
+
+
+def _with_notices(
+    approval: ApprovalRequest, text: str, blocks: list[dict[str, Any]]
+) -> tuple[str, list[dict[str, Any]]]:
+    """The card with its notices under the header, where they are read first; the card's own
+    blocks are left as ``card_blocks`` made them."""
+    notices = card_notices(approval)
+    if not notices:
+        return text, blocks
+    section = {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(notices)}}
+    return text, [blocks[0], section, *blocks[1:]]
+
+
+def slack_card_nudge(*, approval_id: int, channel: str, text: str) -> None:
+    """Tell ``channel`` (a channel, or a user id for a direct message) that a pending request
+    was reminded or escalated: a reply in the thread of the card already posted there (the card
+    itself is brought up to date by ``slack_cards_update``), or, where none was, the card.
+    Not idempotent: each call posts a message; a request no longer pending is left alone."""
+    approval = ApprovalRequest.objects.get(pk=approval_id)
+    if approval.status != A.PENDING:
+        return
+    card = SlackCard.objects.filter(approval=approval, addressed_to=channel).order_by("-pk").first()
+    if card is None:
+        slack_card_post(approval_id=approval_id, channel=channel)
+        return
+    link = f"{settings.PANDAWEB_BASE_URL}/approvals/{approval.pk}/"
+    client().chat_postMessage(
+        channel=card.channel, thread_ts=card.ts, text=f"{text} <{link}|Decide in pandaweb>"
+    )
 
 
 # Questions ---------------------------------------------------------------------------------------

@@ -42,6 +42,16 @@ def slack_cards_update_task(*, approval_id: int) -> None:
         logger.info("approval %s is gone; no card to update", approval_id)
 
 
+@shared_task(name="approvals.slack_card_nudge", **CHAT_CALL)
+def slack_card_nudge_task(*, approval_id: int, channel: str, text: str) -> None:
+    from approvals import slack
+
+    try:
+        slack.slack_card_nudge(approval_id=approval_id, channel=channel, text=text)
+    except ApprovalRequest.DoesNotExist:
+        logger.info("approval %s is gone; nothing to remind", approval_id)
+
+
 @shared_task(name="approvals.slack_question_post", **CHAT_CALL)
 def slack_question_post_task(*, question_id: int, channel: str, reminder: bool = False) -> None:
     from approvals import slack

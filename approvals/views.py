@@ -23,7 +23,7 @@ from approvals.policy import approval_refusal
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
-from pandaweb.reviewers.views import profile_context
+from pandaweb.reviewers.views import email_address_submit, profile_context
 
 A = ApprovalRequest.Status
 
@@ -268,6 +268,19 @@ def reviewer_profile(request: AuthenticatedRequest) -> HttpResponse:
     (Slack, passkeys, notifications: pandaweb.reviewers)."""
     current = ReviewerAbsence.objects.filter(user=request.user).first()
     initial = {"away_from": current.away_from, "away_until": current.away_until} if current else {}
+    if request.method == "POST" and "email_address" in request.POST:
+        refusal = email_address_submit(request)
+        if not refusal:
+            return redirect("profile")
+        reach = profile_context(
+            request.user, email_error=refusal, email_typed=request.POST["email_address"]
+        )
+        return render(
+            request,
+            "reviewers/profile.html",
+            {"form": AwayForm(initial=initial), "absence": current, **reach},
+            status=400,
+        )
     form = AwayForm(request.POST or None, initial=initial)
     if request.method == "POST":
         if form.is_valid():

@@ -71,11 +71,16 @@ class SlackCard(models.Model):
     approval = models.ForeignKey(
         "approvals.ApprovalRequest", on_delete=models.CASCADE, related_name="slack_cards"
     )
+    # Where it was sent: the workflow's channel, or a reviewer's Slack user id (Slack answers
+    # with the direct message's own channel id, ``channel``). A reminder or an escalation
+    # replies in this card's thread rather than posting a second card there.
+    addressed_to = models.CharField(max_length=32, blank=True)
     channel = models.CharField(max_length=32)
     ts = models.CharField(max_length=32)
     posted_at = models.DateTimeField(auto_now_add=True)
-    # The status the card shows, so an update that changes nothing is not sent again.
-    shown = models.CharField(max_length=40, blank=True)
+    # What the card shows (``approvals.slack.card_state``), so an update that changes nothing
+    # is not sent again.
+    shown = models.CharField(max_length=200, blank=True)
 
     class Meta:
         constraints = [

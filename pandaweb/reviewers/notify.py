@@ -23,10 +23,9 @@ from django.utils import timezone
 from approvals import slack
 from pandaweb.reviewers.models import NotificationPreference, PushSubscription, SlackIdentity
 from pandaweb.reviewers.push import push_endpoint_refusal, vapid
+from pandaweb.reviewers.selectors import Channel, preferences_of, reach_of
 
 logger = logging.getLogger(__name__)
-
-Channel = Literal["email", "slack", "push"]
 
 
 @dataclass(frozen=True)
@@ -34,19 +33,20 @@ class ApprovalEvent:
     """Something a person is asked to do: decide an approval, or answer a run's question
     (``approval_id`` is then the question's id)."""
 
-    kind: Literal["approval.requested", "question.asked", "question.reminded"]
+    kind: Literal[
+        "approval.requested",
+        "approval.reminded",
+        "approval.escalated",
+        "question.asked",
+        "question.reminded",
+    ]
     approval_id: int
     title: str
     body: str
     url: str
-
-
-def preferences_of(user: User) -> NotificationPreference:
-    """The user's preferences (the defaults when they never saved any; nothing is written)."""
-    try:
-        return user.notification_preference
-    except NotificationPreference.DoesNotExist:
-        return NotificationPreference(user=user)
+    # For a reminder or an escalation: the line a Slack card the person already has gets in
+    # its thread, instead of a second copy of the card.
+    nudge: str = ""
 
 
 def in_quiet_hours(preference: NotificationPreference, now: datetime | None = None) -> bool:
@@ -64,15 +64,17 @@ def in_quiet_hours(preference: NotificationPreference, now: datetime | None = No
 
 
 def notify(user: User, event: ApprovalEvent) -> list[Channel]:
-    """Deliver ``event`` to ``user`` on each channel they chose; the channels reached.
+    """Deliver ``event`` to ``user`` on each channel they chose that can deliver (an address, a
+    linked Slack account, a subscribed browser); the channels reached.
 
     Call after commit (it talks to mail, Slack and push services). Never raises: one channel's
     outage must not keep the others, or the caller's work, from happening.
     """
     preference = preferences_of(user)
+    on = {reach.channel for reach in reach_of(user, preference) if reach.on}
     quiet = in_quiet_hours(preference)
     delivered: list[Channel] = []
-    if preference.email and user.email:
+    if "email" in on:
         try:
             send_mail(event.title, event.body, None, [user.email])
             delivered.append("email")
@@ -80,16 +82,16 @@ def notify(user: User, event: ApprovalEvent) -> list[Channel]:
             logger.exception("could not e-mail %s about %s", user.pk, event.kind)
     if quiet:
         return delivered
-    if preference.slack and _slack_dm(user, event):
+    if "slack" in on and _slack_dm(user, event):
         delivered.append("slack")
-    if preference.push and _push(user, event):
+    if "push" in on and _push(user, event):
         delivered.append("push")
     return delivered
 
 
 def _slack_dm(user: User, event: ApprovalEvent) -> bool:
     identity = SlackIdentity.objects.filter(user=user).first()
-    if identity is None or not settings.SLACK_BOT_TOKEN:
+    if identity is None:
         return False
     try:
         # A bot may post to a user id: Slack delivers it as a direct message from the app.
@@ -99,6 +101,10 @@ def _slack_dm(user: User, event: ApprovalEvent) -> bool:
                 question_id=event.approval_id,
                 channel=identity.slack_user_id,
                 reminder=event.kind == "question.reminded",
+            )
+        elif event.nudge:
+            slack.slack_card_nudge(
+                approval_id=event.approval_id, channel=identity.slack_user_id, text=event.nudge
             )
         else:
             slack.slack_card_post(approval_id=event.approval_id, channel=identity.slack_user_id)

@@ -9,6 +9,8 @@ from datetime import time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import transaction
 from django.utils import timezone
 
@@ -90,6 +92,40 @@ def slack_identity_unlink(*, user: User) -> None:
         deleted, _ = SlackIdentity.objects.filter(user=user).delete()
         if deleted:
             audit_record(action="slack.unlinked", object_type="user", object_id=user.pk, actor=user)
+
+
+def email_address_set(*, user: User, address: str) -> str:
+    """Set (or, empty, clear) the address approval requests and questions are e-mailed to; the
+    address as saved. Refused for what is not an e-mail address. Idempotent: saving the same
+    address again changes and records nothing."""
+    address = User.objects.normalize_email(address.strip())
+    if address:
+        try:
+            validate_email(address)
+        except ValidationError:
+            raise ReviewerError(
+                f"{address!r} is not an e-mail address; write it like name@example.com"
+            ) from None
+        # Django's own limit, as in the user table (RFC 5321: 254 characters).
+        if len(address) > User._meta.get_field("email").max_length:  # type: ignore[operator]
+            raise ReviewerError("that address is longer than 254 characters")
+    with transaction.atomic():
+        locked = User.objects.select_for_update().get(pk=user.pk)
+        before = locked.email
+        if before == address:
+            return address
+        locked.email = address
+        locked.save(update_fields=["email"])
+        user.email = address
+        audit_record(
+            action="notifications.email_changed",
+            object_type="user",
+            object_id=user.pk,
+            actor=user,
+            before={"email": before},
+            after={"email": address},
+        )
+    return address
 
 
 def notification_preference_update(

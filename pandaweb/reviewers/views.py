@@ -13,13 +13,20 @@ from django.views.decorators.http import require_POST
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.reviewers import passkeys, push, services
 from pandaweb.reviewers.models import SlackIdentity
-from pandaweb.reviewers.notify import preferences_of
+from pandaweb.reviewers.selectors import preferences_of, reach_of, reach_sentence
 
 
-def profile_context(user: Any) -> dict[str, Any]:
+def profile_context(user: Any, *, email_error: str = "", email_typed: str = "") -> dict[str, Any]:
     """What the profile page (approvals.views.reviewer_profile) shows of reaching this person:
-    Slack, passkeys, notification preferences and browser notifications."""
+    what reaches them and where, their e-mail address, Slack, passkeys, notification preferences
+    and browser notifications. ``email_typed`` is an address refused with ``email_error``, shown
+    again to be corrected."""
+    reaches = reach_of(user)
     return {
+        "reaches": reaches,
+        "reach_sentence": reach_sentence(reaches),
+        "email_error": email_error,
+        "email_value": email_typed if email_error else user.email,
         "identity": SlackIdentity.objects.filter(user=user).first(),
         "slack_configured": bool(settings.SLACK_BOT_TOKEN),
         "passkeys": list(user.passkeys.all()),
@@ -27,6 +34,23 @@ def profile_context(user: Any) -> dict[str, Any]:
         "push_key": push.application_server_key(),
         "push_count": user.push_subscriptions.count(),
     }
+
+
+def email_address_submit(request: AuthenticatedRequest) -> str:
+    """Save the address the profile page's e-mail form posted; the refusal ('' when saved)."""
+    try:
+        address = services.email_address_set(
+            user=request.user, address=request.POST.get("email_address", "")
+        )
+    except services.ReviewerError as refused:
+        return f"Not saved: {refused}."
+    messages.success(
+        request,
+        f"Approval requests can now be e-mailed to {address}."
+        if address
+        else "Your e-mail address is removed: nothing is e-mailed to you.",
+    )
+    return ""
 
 
 @require_POST

@@ -104,7 +104,7 @@ def test_it_reminds_the_reviewers_once_before_expiry(
     assert approval.status == ApprovalRequest.Status.PENDING
     assert len(events(approval, "approval.reminded")) == 1
     # One message per person (each through their own channels: pandaweb.reviewers.notify).
-    assert all(m.subject.startswith("Reminder, approval expires soon") for m in mail.outbox)
+    assert all(m.subject.startswith("Reminder: approval expires in 9 min") for m in mail.outbox)
     assert sorted(m.to[0] for m in mail.outbox) == [
         "reviewer0@example.test",
         "reviewer1@example.test",
@@ -398,4 +398,4 @@ def test_two_housekeeping_passes_at_once_send_each_message_once(
     # One escalation (to the treasurer) and one reminder (reviewers and the treasurer), each
     # message once per person.
     sent = Counter(m.subject.split(":")[0] for m in mail.outbox)
-    assert sent == {"Approval escalated to Treasury": 1, "Reminder, approval expires soon": 3}
+    assert sent == {"Approval escalated to Treasury": 1, "Reminder": 3}

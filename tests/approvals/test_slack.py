@@ -491,3 +491,86 @@ def test_a_group_question_says_which_group_and_its_reminder_goes_the_same_ways(
         assert "members of Treasury" in text
         assert f"/runs/{question.run_id}/#question" in text
     assert len(fake_slack.of("chat.postMessage")) == 4
+
+
+def posted_cards(fake: FakeSlack) -> list[Any]:
+    return [c for c in fake.of("chat.postMessage") if "thread_ts" not in c.params]
+
+
+def thread_replies(fake: FakeSlack) -> list[Any]:
+    return [c for c in fake.of("chat.postMessage") if "thread_ts" in c.params]
+
+
+def test_a_reminder_updates_each_card_and_replies_in_its_thread_instead_of_a_second_card(
+    operator: User, workflow: Workflow, fake_slack: FakeSlack, background: list[dict[str, Any]]
+) -> None:
+    linked("rory", "U0RORY")
+    approval = open_request(operator, workflow)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(remind_before_minutes=10)
+    cards = {c.channel: c.ts for c in SlackCard.objects.filter(approval=approval)}
+    assert set(cards) == {CHANNEL, "D0RORY"}
+
+    with time_machine.travel(approval.expires_at - timedelta(minutes=9), tick=False):
+        assert approvals.approval_remind_due() == [approval.pk]
+
+    assert len(posted_cards(fake_slack)) == 2  # no second card, in the channel or the DM
+    replies = thread_replies(fake_slack)
+    assert {(r.params["channel"], r.params["thread_ts"]) for r in replies} == set(cards.items())
+    for reply in replies:
+        assert reply.params["text"].startswith("Reminder: expires in 9 min")
+    updates = fake_slack.of("chat.update")
+    assert {(u.params["channel"], u.params["ts"]) for u in updates} == set(cards.items())
+    for update in updates:
+        assert "Reminder: expires in 9 min" in card_text(update)
+        assert update.params["blocks"][1]["text"]["text"].startswith(":alarm_clock:")
+
+    click(approval, "U0RORY")
+    # Decided: the cards say so, and the reminder is gone from them.
+    for update in fake_slack.of("chat.update")[2:]:
+        assert "Approved" in card_text(update)
+        assert "Reminder" not in card_text(update)
+
+
+def test_an_escalation_updates_the_cards_to_say_to_which_group(
+    operator: User, workflow: Workflow, fake_slack: FakeSlack, background: list[dict[str, Any]]
+) -> None:
+    linked("rory", "U0RORY")
+    tess = linked("tess", "U0TESS", role=Role.ADMINS)
+    tess.groups.add(Group.objects.create(name="Treasury"))
+    approval = open_request(operator, workflow)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(
+        escalate_after_minutes=20, escalation_group="Treasury"
+    )
+    assert {c.channel for c in SlackCard.objects.all()} == {CHANNEL, "D0RORY", "D0TESS"}
+
+    with time_machine.travel(approval.created_at + timedelta(minutes=21), tick=False):
+        assert approvals.approval_escalate_due() == [approval.pk]
+
+    updates = fake_slack.of("chat.update")
+    assert {u.params["channel"] for u in updates} == {CHANNEL, "D0RORY", "D0TESS"}
+    for update in updates:
+        assert "Escalated to Treasury" in card_text(update)
+    # Tess already had the card (as an admin): she is told in its thread, not with a copy.
+    assert len(posted_cards(fake_slack)) == 3
+    replies = {r.params["channel"]: r.params["text"] for r in thread_replies(fake_slack)}
+    assert set(replies) == {CHANNEL, "D0TESS"}
+    assert all(text.startswith("Escalated to Treasury") for text in replies.values())
+
+
+def test_an_escalation_brings_the_card_to_a_member_who_had_none(
+    operator: User, workflow: Workflow, fake_slack: FakeSlack, background: list[dict[str, Any]]
+) -> None:
+    approval = open_request(operator, workflow)
+    tess = linked("tess", "U0TESS", role=Role.OPERATORS)
+    tess.groups.add(Group.objects.create(name="Treasury"))
+    ApprovalRequest.objects.filter(pk=approval.pk).update(
+        escalate_after_minutes=20, escalation_group="Treasury"
+    )
+
+    with time_machine.travel(approval.created_at + timedelta(minutes=21), tick=False):
+        assert approvals.approval_escalate_due() == [approval.pk]
+
+    new = [c for c in posted_cards(fake_slack) if c.params["channel"] == "U0TESS"]
+    assert len(new) == 1
+    assert "Escalated to Treasury" in card_text(new[0])
+    assert SlackCard.objects.get(channel="D0TESS").addressed_to == "U0TESS"

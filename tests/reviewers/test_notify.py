@@ -29,11 +29,13 @@ from django.test import Client
 from pytest_django.fixtures import Settings
 
 from approvals.models import ApprovalRequest
+from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
 from pandaweb.reviewers import services as reviewers
 from pandaweb.reviewers.models import NotificationPreference, PushSubscription, SlackIdentity
 from pandaweb.reviewers.notify import ApprovalEvent, notify
 from pandaweb.reviewers.push import application_server_key
+from pandaweb.reviewers.selectors import reach_of, reach_sentence
 from tests.approvals.fake_slack import FakeSlack
 from tests.approvals.reach import TEAM, background, fake_slack, open_request, reach_workflow
 from tests.factories import user_with_role
@@ -304,3 +306,76 @@ def test_the_profile_page_saves_preferences_and_issues_a_slack_link_code(rory: U
 
     page = client.post("/profile/slack/code/", follow=True).content.decode()
     assert "/pandaweb link " in page
+
+
+@pytest.mark.django_db
+def test_a_channel_is_off_until_it_can_deliver(
+    push_service: FakePushService, mailoutbox: list[Any], settings: Settings
+) -> None:
+    settings.SLACK_BOT_TOKEN = ""
+    nobody = user_with_role(Role.REVIEWERS, username="nobody", email="")
+
+    assert [(r.channel, r.chosen, r.on) for r in reach_of(nobody)] == [
+        ("email", True, False),
+        ("slack", True, False),
+        ("push", True, False),
+    ]
+    assert reach_sentence(reach_of(nobody)).startswith("Nothing reaches you outside this dashboard")
+    assert notify(nobody, EVENT) == []
+
+    reviewers.email_address_set(user=nobody, address="nobody@example.test")
+    subscribe(nobody, push_service)
+
+    assert reach_sentence(reach_of(nobody)) == (
+        "Approval requests and questions for you arrive by e-mail to nobody@example.test and "
+        "by push to the browser you enabled."
+    )
+    assert notify(nobody, EVENT) == ["email", "push"]
+    assert [m.to for m in mailoutbox] == [["nobody@example.test"]]
+
+
+@pytest.mark.django_db
+def test_it_sets_a_valid_address_once_and_audits_it(rory: User) -> None:
+    assert reviewers.email_address_set(user=rory, address="  Rory@EXAMPLE.test ") == (
+        "Rory@example.test"
+    )
+    assert reviewers.email_address_set(user=rory, address="Rory@example.test") == (
+        "Rory@example.test"
+    )
+    rory.refresh_from_db()
+    assert rory.email == "Rory@example.test"
+    [event] = AuditEvent.objects.filter(action="notifications.email_changed")
+    assert (event.actor_id, event.before, event.after) == (
+        rory.pk,
+        {"email": "rory@example.test"},
+        {"email": "Rory@example.test"},
+    )
+
+    for bad in ["rory", "rory@", "rory@example..test", "a b@example.test"]:
+        with pytest.raises(reviewers.ReviewerError, match="is not an e-mail address"):
+            reviewers.email_address_set(user=rory, address=bad)
+    rory.refresh_from_db()
+    assert rory.email == "Rory@example.test"
+
+
+@pytest.mark.django_db
+def test_the_profile_page_refuses_a_bad_address_keeping_what_was_typed(rory: User) -> None:
+    client = Client()
+    client.force_login(rory)
+
+    response = client.post("/profile/", {"email_address": "rory at example"})
+
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "Not saved: &#x27;rory at example&#x27; is not an e-mail address" in page
+    assert 'value="rory at example"' in page
+    rory.refresh_from_db()
+    assert rory.email == "rory@example.test"
+
+    saved = client.post("/profile/", {"email_address": "rory@new.example"}, follow=True)
+    assert "Approval requests can now be e-mailed to rory@new.example." in saved.content.decode()
+    assert "arrive by e-mail to rory@new.example" in saved.content.decode()
+    page = client.post("/profile/", {"email_address": ""}, follow=True).content.decode()
+    assert "Nothing reaches you outside this dashboard" in page
+    rory.refresh_from_db()
+    assert rory.email == ""
