@@ -265,7 +265,8 @@ def approval_reassign(request: AuthenticatedRequest, approval_id: int) -> HttpRe
 @login_required
 def reviewer_profile(request: AuthenticatedRequest) -> HttpResponse:
     """The signed-in person's page: their roles, their out-of-office, and how pandaweb reaches them
-    (Slack, passkeys, notifications: pandaweb.reviewers)."""
+    (their e-mail address, Slack, passkeys, notifications: pandaweb.reviewers). Its two forms
+    post here: the out-of-office dates, and the e-mail address."""
     current = ReviewerAbsence.objects.filter(user=request.user).first()
     initial = {"away_from": current.away_from, "away_until": current.away_until} if current else {}
     if request.method == "POST" and "email_address" in request.POST:

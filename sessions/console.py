@@ -347,17 +347,58 @@ class FailureGroup:
     last_run_id: int
 
 
-def my_runs(user: Any, *, limit: int = 10) -> dict[str, list[Run]]:
-    """The person's own runs that are in flight, failed in the last day, or need them."""
+@dataclass(frozen=True)
+class StoppedRun:
+    """A run of the person's that ended without its gated action being done, and why."""
+
+    run: Run
+    outcome: str  # "expired", "rejected" or "refused"
+    why: str
+
+
+def _stopped(approval: ApprovalRequest) -> StoppedRun | None:
+    if approval.refused_at is not None:
+        return StoppedRun(approval.run, "refused", f"The portal refused: {approval.action_result}")
+    if approval.status == ApprovalRequest.Status.REJECTED:
+        return StoppedRun(approval.run, "rejected", f"Approval {approval.reason}")
+    if approval.status == ApprovalRequest.Status.EXPIRED:
+        return StoppedRun(approval.run, "expired", "Nobody decided its approval before it expired.")
+    return None
+
+
+def _stopped_runs(user: Any, limit: int) -> list[StoppedRun]:
+    """The person's finished runs whose approval expired or was rejected, or whose approved
+    action the portal refused, that they have not seen since (opened, or dismissed here)."""
+    ended = (
+        ApprovalRequest.objects.filter(run__launched_by=user, run__status__in=Run.FINAL)
+        .filter(Q(status__in=["expired", "rejected"]) | Q(refused_at__isnull=False))
+        .exclude(run__seen_marks__user=user)
+        .select_related("run__workflow")
+        .order_by("-run__finished_at", "-run_id", "-pk")
+    )
+    stopped: dict[int, StoppedRun] = {}
+    for approval in ended[: limit * 2]:  # a run's newest such request says why it stopped
+        found = _stopped(approval)
+        if found is not None and approval.run_id not in stopped:
+            stopped[approval.run_id] = found
+    return list(stopped.values())[:limit]
+
+
+def my_runs(user: Any, *, limit: int = 10) -> dict[str, list[Any]]:
+    """The person's own runs that are in flight, failed in the last day, or need them; and
+    those that stopped at their approval or at the portal's refusal, until they have seen them
+    (these stay whatever their age: nothing else tells the launcher the payment was not made)."""
     since = timezone.now() - timedelta(days=1)
     mine = _runs().filter(launched_by=user)
+    stopped = _stopped_runs(user, limit)
     return {
+        "stopped": stopped,
         "reconcile": list(mine.filter(status=Run.Status.NEEDS_RECONCILIATION)[:limit]),
         "waiting": list(mine.filter(status__in=WAITING).order_by("-created_at", "-id")[:limit]),
         "failed": list(
-            mine.filter(status=Run.Status.FAILED, finished_at__gte=since).order_by(
-                "-finished_at", "-id"
-            )[:limit]
+            mine.filter(status=Run.Status.FAILED, finished_at__gte=since)
+            .exclude(pk__in=[s.run.pk for s in stopped])
+            .order_by("-finished_at", "-id")[:limit]
         ),
     }
 

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
 from pandaweb.audit.services import audit_record
-from sessions.models import Run, RunEvent, SavedRunView
+from sessions.models import Run, RunEvent, RunSeen, SavedRunView
 from sessions.services import RunError, coerce_inputs, run_enqueue
 from sessions.services.records import event_append
 from workflows.models import Workflow, WorkflowVersion
@@ -184,3 +184,14 @@ def saved_view_delete(*, user: User, view_id: int) -> bool:
     """Delete one of the person's own views; another person's is left alone (False)."""
     deleted, _ = SavedRunView.objects.filter(user=user, pk=view_id).delete()
     return bool(deleted)
+
+
+def run_mark_seen(*, run: Run, user: User) -> bool:
+    """Note that ``user`` has seen how ``run`` ended; whether this is the first time.
+    Idempotent.
+
+    Not audited: the mark is this person's own reading state (like a read flag on a message). It
+    changes nothing anyone else sees or relies on, not the run, its approvals or its evidence.
+    """
+    _, created = RunSeen.objects.get_or_create(run=run, user=user)
+    return created

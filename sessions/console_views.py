@@ -123,6 +123,16 @@ def saved_view_delete(request: AuthenticatedRequest, view_id: int) -> HttpRespon
     return redirect("runs:index")
 
 
+@require_POST
+@capability_required(Capability.VIEW_RUNS)
+def run_dismiss(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
+    """Take a run that stopped before acting off the person's home page (their own mark)."""
+    run = selectors.run_get(run_id)
+    console_services.run_mark_seen(run=run, user=request.user)
+    messages.info(request, f"Run #{run.pk} is off your home page; it stays in the runs list.")
+    return redirect("home")
+
+
 # Re-run -----------------------------------------------------------------------------------------
 
 

@@ -240,6 +240,24 @@ class SavedRunView(models.Model):
         return self.name
 
 
+class RunSeen(models.Model):
+    """A person has seen how their run ended (opened its page or dismissed it from the home
+    page), so the home page stops holding it up to them."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="seen_marks")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    seen_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Also the index of the home page's "not yet seen by this person" exclusion.
+            models.UniqueConstraint(fields=["run", "user"], name="run_seen_once_per_person")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run} seen by user {self.user_id}"
+
+
 class StepResult(models.Model):
     """What one executed step did and what the robot saw around it."""
 

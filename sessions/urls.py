@@ -17,6 +17,7 @@ urlpatterns = [
     path("launch/<slug:slug>/", views.run_launch, name="launch"),
     path("<int:run_id>/", views.run_detail, name="detail"),
     path("<int:run_id>/cancel/", views.run_cancel, name="cancel"),
+    path("<int:run_id>/dismiss/", console_views.run_dismiss, name="dismiss"),
     path("<int:run_id>/reconcile/", views.run_reconcile, name="reconcile"),
     path("<int:run_id>/steps/<int:index>/", views.step_detail, name="step"),
     path("<int:run_id>/steps/<int:index>/heal/", views.step_heal, name="heal"),

@@ -20,7 +20,15 @@ from pandaweb.assist.services import assist_enabled
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
-from sessions import console, console_views, healing_services, rendering, selectors, services
+from sessions import (
+    console,
+    console_services,
+    console_views,
+    healing_services,
+    rendering,
+    selectors,
+    services,
+)
 from sessions.engine.filmstrip import filmstrip_frames
 from sessions.forms import LaunchForm
 from workflows import selectors as workflow_selectors
@@ -76,6 +84,9 @@ def run_launch(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 @capability_required(Capability.VIEW_RUNS)
 def run_detail(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(run_id)
+    if run.launched_by_id == request.user.pk and run.status in run.FINAL:
+        # The launcher now sees how it ended: the home page stops holding it up to them.
+        console_services.run_mark_seen(run=run, user=request.user)
     sentences, current = selectors.run_live_steps(run)
     context = {
         "run": run,

@@ -16,7 +16,7 @@ from approvals.models import ApprovalRequest
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
 from sessions import console, console_services, services
-from sessions.models import Run, RunEvent, SavedRunView
+from sessions.models import Run, RunEvent, RunSeen, SavedRunView
 from tests.factories import user_with_role
 from workflows.models import Workflow
 
@@ -363,6 +363,59 @@ def test_home_shows_what_needs_me(operator: User, demo_workflow: Workflow) -> No
     assert "bad password" in mine
     assert f"/approvals/{approval.pk}/" in theirs
     assert "data-expires-in" in theirs
+
+
+def stopped_at_gate(run: Run, status: str, **approval: Any) -> ApprovalRequest:
+    return ApprovalRequest.objects.create(
+        run=run, step_index=13, step_id="submit-payment", action="Pay 12.00 EUR",
+        expires_at=timezone.now() - timedelta(days=3), status=status, **approval,
+    )  # fmt: skip
+
+
+def test_runs_stopped_at_their_approval_or_by_the_portal_stay_on_home_until_seen(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    colleague = user_with_role(Role.OPERATORS, username="colin")
+    long_ago = timezone.now() - timedelta(days=3)
+    expired = finished(launch(operator, demo_workflow), "cancelled", finished_at=long_ago)
+    stopped_at_gate(expired, "expired", reason="approval expired")
+    rejected = finished(launch(operator, demo_workflow), "cancelled", finished_at=long_ago)
+    stopped_at_gate(rejected, "rejected", reason="rejected by rita: wrong payee")
+    refused = finished(
+        launch(operator, demo_workflow), "failed", reason="the portal refused: already paid"
+    )
+    stopped_at_gate(
+        refused, "approved", refused_at=timezone.now(), action_result="This invoice is already paid"
+    )
+    paid = finished(launch(operator, demo_workflow), "succeeded")
+    stopped_at_gate(paid, "approved", completed_at=timezone.now())
+    home = client_for(operator)
+
+    page = home.get("/").content.decode()
+    assert "Stopped before acting" in page
+    for run in (expired, rejected, refused):
+        assert f'id="stopped-{run.pk}"' in page
+    assert f'id="stopped-{paid.pk}"' not in page
+    assert "Nobody decided its approval before it expired." in page
+    assert "Approval rejected by rita: wrong payee" in page
+    assert "The portal refused: This invoice is already paid" in page
+    assert "Failed in the last day" not in page  # the refused run is listed once, as stopped
+    assert "Stopped before acting" not in client_for(colleague).get("/").content.decode()
+
+    assert home.get(f"/runs/{expired.pk}/").status_code == 200
+    assert client_for(colleague).post(f"/runs/{refused.pk}/dismiss/").status_code == 302
+    response = home.post(f"/runs/{rejected.pk}/dismiss/", follow=True)
+
+    page = response.content.decode()
+    assert response.redirect_chain == [("/", 302)]
+    assert f"Run #{rejected.pk} is off your home page" in page
+    assert f'id="stopped-{expired.pk}"' not in page
+    assert f'id="stopped-{rejected.pk}"' not in page
+    assert f'id="stopped-{refused.pk}"' in page  # the colleague's mark is their own
+    assert sorted(RunSeen.objects.values_list("run_id", "user__username")) == sorted(
+        [(expired.pk, "olivia"), (rejected.pk, "olivia"), (refused.pk, "colin")]
+    )
+    assert not AuditEvent.objects.filter(action__contains="seen").exists()
 
 
 def test_triage_groups_failures_by_workflow_step_and_reason(
