@@ -77,14 +77,24 @@ def reach_of(user: User, preference: NotificationPreference | None = None) -> li
     ]
 
 
+# What the person can do about a channel that cannot deliver (none for Slack without an app).
+REMEDIES: dict[str, str] = {
+    "add an e-mail address first": "add an e-mail address",
+    "link your Slack account first": "link Slack",
+    "enable them in a browser first": "enable browser notifications",
+}
+
+
 def reach_sentence(reaches: list[Reach]) -> str:
-    """What reaches the person and where, in one sentence (the profile page's summary)."""
+    """What reaches the person and where, in one sentence (the profile page's summary); when
+    nothing does, what they can do about it."""
 
     ways = [r.where for r in reaches if r.on]
-    if not ways:
-        return (
-            "Nothing reaches you outside this dashboard: add an e-mail address, link Slack or "
-            "enable browser notifications below, and keep the channel ticked."
-        )
-    listed = ways[0] if len(ways) == 1 else ", ".join(ways[:-1]) + " and " + ways[-1]
-    return f"Approval requests and questions for you arrive {listed}."
+    if ways:
+        listed = ways[0] if len(ways) == 1 else ", ".join(ways[:-1]) + " and " + ways[-1]
+        return f"Approval requests and questions for you arrive {listed}."
+    remedies = [REMEDIES[r.missing] for r in reaches if r.missing in REMEDIES]
+    if any(not r.missing and not r.chosen for r in reaches):
+        remedies.append("tick a channel you turned off")
+    listed = remedies[0] if len(remedies) == 1 else ", ".join(remedies[:-1]) + " or " + remedies[-1]
+    return f"Nothing reaches you outside this dashboard: {listed} below."

@@ -25,6 +25,7 @@ def profile_context(user: Any, *, email_error: str = "", email_typed: str = "") 
     return {
         "reaches": reaches,
         "reach_sentence": reach_sentence(reaches),
+        "reaches_nothing": not any(reach.on for reach in reaches),
         "email_error": email_error,
         "email_value": email_typed if email_error else user.email,
         "identity": SlackIdentity.objects.filter(user=user).first(),

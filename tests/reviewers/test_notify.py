@@ -320,7 +320,10 @@ def test_a_channel_is_off_until_it_can_deliver(
         ("slack", True, False),
         ("push", True, False),
     ]
-    assert reach_sentence(reach_of(nobody)).startswith("Nothing reaches you outside this dashboard")
+    assert reach_sentence(reach_of(nobody)) == (
+        "Nothing reaches you outside this dashboard: add an e-mail address or enable browser "
+        "notifications below."
+    )
     assert notify(nobody, EVENT) == []
 
     reviewers.email_address_set(user=nobody, address="nobody@example.test")
