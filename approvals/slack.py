@@ -278,11 +278,16 @@ def card_notices(approval: ApprovalRequest) -> list[str]:
 def _with_notices(
     approval: ApprovalRequest, text: str, blocks: list[dict[str, Any]]
 ) -> tuple[str, list[dict[str, Any]]]:
-    """The card with its notices under the header, where they are read first; the card's own
-    blocks are left as ``card_blocks`` made them."""
+    """The card with its notices under the header, where they are read first, and the newest
+    leading its text (what Slack's notification shows); the card's own blocks are left as
+    ``card_blocks`` made them."""
     notices = card_notices(approval)
     if not notices:
         return text, blocks
+    if approval.reminded_at:
+        text = f"Reminder: expires in {minutes_left(approval)} min. {text}"
+    else:
+        text = f"Escalated to {approval.escalation_group}. {text}"
     section = {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(notices)}}
     return text, [blocks[0], section, *blocks[1:]]
 

@@ -572,5 +572,6 @@ def test_an_escalation_brings_the_card_to_a_member_who_had_none(
 
     new = [c for c in posted_cards(fake_slack) if c.params["channel"] == "U0TESS"]
     assert len(new) == 1
+    assert new[0].params["text"].startswith("Escalated to Treasury. Approval needed: ")
     assert "Escalated to Treasury" in card_text(new[0])
     assert SlackCard.objects.get(channel="D0TESS").addressed_to == "U0TESS"
