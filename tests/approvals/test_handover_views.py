@@ -136,3 +136,29 @@ def test_the_navigation_links_to_the_profile_and_keeps_log_out(reviewer: User) -
     body = client_for(reviewer).get("/approvals/").content.decode()
     assert 'href="/profile/"' in body
     assert "Log out" in body
+
+
+def test_a_fact_the_page_does_not_show_or_states_differently_is_a_warning_beside_it(
+    approval: ApprovalRequest, reviewer: User
+) -> None:
+    approval.evidence = {
+        **approval.evidence,
+        "facts": [
+            {"fact": "amount", "name": "charged", "source": "output", "value": "9999.00",
+             "currency": "EUR", "on_page": True, "read_earlier": "547.70"},
+            {"fact": "payee", "name": "iban", "source": "input", "value": "DE97 2004",
+             "currency": "", "on_page": False},
+            {"fact": "reference", "name": "invoice", "source": "input", "value": "INV-1040",
+             "currency": "", "on_page": True},
+        ],
+    }  # fmt: skip
+    approval.save(update_fields=["evidence"])
+
+    body = client_for(reviewer).get(f"/approvals/{approval.pk}/").content.decode()
+    queue = client_for(reviewer).get("/approvals/").content.decode()
+
+    for page in (body, queue):
+        assert "<strong>9,999.00 EUR</strong>" in page
+        assert "The page now shows 9999.00; the run read 547.70 earlier." in page
+        assert "The page does not show this payee." in page
+        assert page.count('class="fact-warning"') == 2
