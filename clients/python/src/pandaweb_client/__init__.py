@@ -1,0 +1,21 @@
+"""A typed client for pandaweb's HTTP API (``/api/v1/``), and the ``pandaweb`` command."""
+
+from pandaweb_client.client import (
+    FINAL_STATUSES,
+    WAITING_STATUSES,
+    ApiError,
+    Approval,
+    Client,
+    Event,
+    Run,
+)
+
+__all__ = [
+    "FINAL_STATUSES",
+    "WAITING_STATUSES",
+    "ApiError",
+    "Approval",
+    "Client",
+    "Event",
+    "Run",
+]
