@@ -10,7 +10,7 @@ API). A new pattern with neither fails ``test_every_url_pattern_is_a_checked_pag
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 from axe_playwright_python.base import AXE_SCRIPT
 from django.urls import URLPattern, URLResolver, get_resolver
-from playwright.sync_api import Browser, Page, ViewportSize
+from playwright.sync_api import Browser, Dialog, Page, ViewportSize, expect
 
 from pandaweb.core.roles import DEMO_USERS, ROLE_CAPABILITIES, Capability, Role
 from tests.e2e.conftest import Stack
@@ -342,10 +342,61 @@ def test_the_page_has_no_serious_accessibility_violation_and_fits_a_phone(
         start_axe(page)
         checked[where] = page
 
-    problems = []
-    for where, page in checked.items():
-        problems += [f"{where}: {line}" for line in blocking_violations(page)]
-        page.set_viewport_size(PHONE)
-        if overflow := sideways_overflow(page):
-            problems.append(f"{where} scrolls sideways on a phone: {overflow}")
+    problems = [line for where, page in checked.items() for line in page_problems(page, where)]
     assert problems == [], "\n".join(problems)
+
+
+def page_problems(page: Page, where: str) -> list[str]:
+    """What axe-core (started on the page) found, then whether the page fits a phone."""
+    problems = [f"{where}: {line}" for line in blocking_violations(page)]
+    page.set_viewport_size(PHONE)
+    if overflow := sideways_overflow(page):
+        problems.append(f"{where} scrolls sideways on a phone: {overflow}")
+    return problems
+
+
+def rotate_a_webhook_secret(page: Page, url: str, seeded: dict[str, Any]) -> None:
+    page.goto(f"{url}/webhooks/{seeded['subscription']}/")
+    page.get_by_role("button", name="New secret").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("New signing secret")
+
+
+def make_a_token(page: Page, url: str, seeded: dict[str, Any]) -> None:
+    page.goto(f"{url}/account/tokens/")
+    page.get_by_label("Name").fill("quarterly supplier statements for the finance team's ledger")
+    page.locator("input[name=scopes]:not([disabled])").first.check()
+    page.get_by_role("button", name="Make token").click()
+    expect(page.get_by_role("heading", name="Your new token")).to_be_visible()
+
+
+# Pages that only answer a form (a secret shown once): no address to visit, so each is reached
+# the way a person reaches it.
+FORM_ANSWERS: dict[str, tuple[Role, Callable[[Page, str, dict[str, Any]], None]]] = {
+    "webhooks:secret": (Role.ADMINS, rotate_a_webhook_secret),
+    "account:tokens[new secret]": (Role.OPERATORS, make_a_token),
+}
+
+
+@pytest.mark.parametrize("answer", list(FORM_ANSWERS))
+def test_a_page_that_answers_a_form_has_no_serious_violation_and_fits_a_phone(
+    answer: str,
+    seeded: dict[str, Any],
+    signed_in: dict[Role | None, Page],
+    live_stack: Stack,
+) -> None:
+    role, reach = FORM_ANSWERS[answer]
+    page = signed_in[role]
+    page.set_viewport_size(DESKTOP)
+    # A "are you sure?" confirm() before a form is sent: the person says yes.
+    page.on("dialog", accept)
+    try:
+        reach(page, live_stack.url, seeded)
+    finally:
+        page.remove_listener("dialog", accept)
+    start_axe(page)
+    problems = page_problems(page, f"{answer} as {role} ({page.url})")
+    assert problems == [], "\n".join(problems)
+
+
+def accept(dialog: Dialog) -> None:
+    dialog.accept()
