@@ -17,15 +17,17 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest, Question
 from pandaweb.api import services as api_services
 from pandaweb.core.roles import DEMO_USERS, Role
-from pandaweb.schedules.models import Batch, BatchRow
+from pandaweb.schedules.models import Batch, BatchRow, Schedule
 from pandaweb.schedules.services import ScheduleSpec, schedule_create
-from pandaweb.webhooks.models import Event, Message
+from pandaweb.webhooks.models import Event, Message, Subscription
 from pandaweb.webhooks.services import subscription_create
 from sessions.models import Run, ScratchSession, StepResult
 from workflows import services as workflow_services
 from workflows.models import Credential, Workflow
 
-SLUG = "acme-pay-invoice"
+# A workflow of its own, so the tests that share the stack still find the demo workflows as
+# they left them (version 1, their own concurrency slots) and their own approvals.
+SLUG = "every-page-pay-invoice"
 # Long unbroken values, as portals hand them out: a page must wrap or scroll them in place.
 LONG_REFERENCE = "PAY-2026-0042-" + "7F3A9C" * 12
 LONG_REASON = (
@@ -82,18 +84,22 @@ def _steps(run: Run, *, failed_at: int | None = None, count: int = 3) -> None:
 def seed() -> None:
     operator = User.objects.get(username=DEMO_USERS[Role.OPERATORS])
     admin = User.objects.get(username=DEMO_USERS[Role.ADMINS])
-    workflow = Workflow.objects.get(slug=SLUG)
-    now = timezone.now()
-
-    # A second version, so the versions list and the diff have two to compare.
-    document = dict(workflow.versions.get(number=1).document or {})
-    document["description"] = "Pays one open invoice; second version with a new description."
-    if workflow.versions.count() == 1:
+    workflow = Workflow.objects.filter(slug=SLUG).first()
+    if workflow is None:
+        demo = Workflow.objects.get(slug="acme-pay-invoice").versions.get(number=1).document
+        document = {**(demo or {}), "slug": SLUG, "name": "Pay an Acme invoice (every page)"}
+        workflow = workflow_services.workflow_import(user=operator, text=json.dumps(document))
+        workflow_services.workflow_publish(
+            workflow_id=workflow.pk, user=operator, message="v1", accept_warnings=True
+        )
+        # A second version, so the versions list and the diff have two to compare.
+        document["description"] = "Pays one open invoice; a second version, a new description."
         workflow_services.workflow_import(user=operator, text=json.dumps(document))
         workflow_services.workflow_publish(
             workflow_id=workflow.pk, user=operator, message="v2", accept_warnings=True
         )
 
+    now = timezone.now()
     running = _run(Run.Status.RUNNING, operator, workflow, heartbeat_at=now, worker="seed")
     _steps(running, count=2)
     waiting = _run(Run.Status.AWAITING_APPROVAL, operator, workflow)
@@ -102,7 +108,7 @@ def seed() -> None:
         run=waiting,
         step_index=3,
         step_id="pay",
-        action="Click the button 'Submit payment' on http://127.0.0.1:8001/invoices/INV-2026-0042",
+        action="Click the button 'Submit supplier payment' on http://127.0.0.1:8001/pay/INV-2042",
         expires_at=now + timedelta(hours=1),
         # What the gate records (sessions.engine.gatekeeping.gate_evidence), pictures aside.
         evidence={
@@ -115,7 +121,7 @@ def seed() -> None:
                 {"field": "IBAN", "value": "DE89370400440532013000"},
             ],
             "page_text": f"Pay invoice INV-2042 Amount due 1,250.00 EUR Reference {LONG_REFERENCE}",
-            "action": "Click the button 'Submit payment'",
+            "action": "Click the button 'Submit supplier payment'",
             "expect": "the text 'Payment scheduled' appears",
             "dialog": "",
             "title": "Pay invoice INV-2042 — Acme Supplier Portal",
@@ -195,9 +201,10 @@ def seed() -> None:
     subscription, _ = subscription_create(
         user=admin,
         name="ERP run outcomes",
-        url="https://erp.example.com/hooks/pandaweb/" + "runs/" * 10,
+        # Nothing listens there (and nothing leaves the machine): only this workflow's events.
+        url="http://127.0.0.1:9/hooks/pandaweb/" + "runs/" * 10,
         events=[Event.RUN_FINISHED, Event.RUN_FAILED],
-        workflow_id=None,
+        workflow_id=workflow.pk,
     )
     message = Message.objects.create(
         subscription=subscription,
@@ -235,7 +242,7 @@ def seed() -> None:
         reason="closed by its author",
     )
     print(
-        json.dumps(
+        json.dumps(  # the ids, for the pages' addresses
             {
                 "slug": SLUG,
                 "running": running.pk,
@@ -255,3 +262,16 @@ def seed() -> None:
             }
         )
     )
+
+
+def settle(ids: dict[str, Any]) -> None:
+    """End what the seed left waiting, so tests that run later on the stack count only their
+    own pending approvals, questions and active runs, and no schedule of it fires."""
+    waiting = [ids[name] for name in ("running", "waiting", "answering")]
+    Run.objects.filter(pk__in=waiting).update(
+        status=Run.Status.CANCELLED, finished_at=timezone.now()
+    )
+    ApprovalRequest.objects.filter(pk=ids["approval"]).update(status=ApprovalRequest.Status.VOIDED)
+    Question.objects.filter(pk=ids["question"]).update(status=Question.Status.VOIDED)
+    Schedule.objects.filter(pk=ids["schedule"]).update(paused=True)
+    Subscription.objects.filter(pk=ids["subscription"]).update(active=False)

@@ -242,10 +242,14 @@ def test_every_url_pattern_is_a_checked_page_or_exempt() -> None:
 
 
 @pytest.fixture(scope="module")
-def seeded(live_stack: Stack) -> dict[str, Any]:
+def seeded(live_stack: Stack) -> Iterator[dict[str, Any]]:
     live_stack.manage("demo_workflow")
     out = live_stack.manage("shell", "-c", "from tests.e2e.every_page_seed import seed; seed()")
-    return dict(json.loads(out.strip().splitlines()[-1]))
+    ids = dict(json.loads(out.strip().splitlines()[-1]))
+    yield ids
+    live_stack.manage(
+        "shell", "-c", f"from tests.e2e.every_page_seed import settle; settle({ids!r})"
+    )
 
 
 @pytest.fixture(scope="module")
