@@ -100,7 +100,11 @@ def seed() -> None:
         )
 
     now = timezone.now()
-    running = _run(Run.Status.RUNNING, operator, workflow, heartbeat_at=now, worker="seed")
+    # No worker beats for it: a heartbeat an hour ahead keeps the reaper (60 s without one)
+    # from ending it before its page is checked.
+    running = _run(
+        Run.Status.RUNNING, operator, workflow, heartbeat_at=now + timedelta(hours=1), worker="seed"
+    )
     _steps(running, count=2)
     waiting = _run(Run.Status.AWAITING_APPROVAL, operator, workflow)
     _steps(waiting)
