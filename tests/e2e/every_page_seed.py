@@ -172,6 +172,34 @@ def seed() -> None:
     )
     _steps(finished)
 
+    # An approved payment that was started and never confirmed: a person checks the portal.
+    unsure = _run(
+        Run.Status.NEEDS_RECONCILIATION,
+        operator,
+        workflow,
+        finished_at=now,
+        failure_reason="the worker stopped after starting the approved step 'pay'",
+    )
+    _steps(unsure, count=4)
+    ApprovalRequest.objects.create(
+        run=unsure,
+        status=ApprovalRequest.Status.APPROVED,
+        step_index=4,
+        step_id="pay",
+        action="Click the button 'Submit supplier payment' on http://127.0.0.1:8001/pay/INV-2042",
+        expires_at=now,
+        decided_at=now,
+        intent_at=now,
+    )
+    cancelled = _run(
+        Run.Status.CANCELLED,
+        operator,
+        workflow,
+        finished_at=now,
+        failure_reason="cancelled by olivia",
+    )
+    _steps(cancelled, count=2)
+
     schedule = schedule_create(
         workflow_id=workflow.pk,
         user=operator,
@@ -255,6 +283,8 @@ def seed() -> None:
                 "failed": failed.pk,
                 "failed_again": failed_again.pk,
                 "finished": finished.pk,
+                "unsure": unsure.pk,
+                "cancelled": cancelled.pk,
                 "approval": approval.pk,
                 "question": question.pk,
                 "schedule": schedule.pk,

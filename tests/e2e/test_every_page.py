@@ -93,6 +93,8 @@ PAGES: list[PageCase] = [
     case("runs:detail", "/runs/{answering}/", RUNS, "waiting for an answer"),
     case("runs:detail", "/runs/{failed}/", RUNS, "failed"),
     case("runs:detail", "/runs/{finished}/", RUNS, "finished"),
+    case("runs:detail", "/runs/{unsure}/", RUNS, "needs reconciliation"),
+    case("runs:detail", "/runs/{cancelled}/", RUNS, "cancelled"),
     case("runs:step", "/runs/{failed}/steps/3/", RUNS, "failed step"),
     case("runs:step", "/runs/{finished}/steps/0/", RUNS, "succeeded step"),
     case("runs:heal", "/runs/{failed}/steps/3/heal/", HEALERS),
