@@ -157,6 +157,7 @@ EXEMPT: dict[str, str] = {
     "runs:view_create": POST_ONLY,
     "runs:view_delete": POST_ONLY,
     "runs:cancel": POST_ONLY,
+    "runs:dismiss": POST_ONLY,
     "runs:reconcile": POST_ONLY,
     "runs:heal_picture": FILE,
     "runs:file": FILE,
