@@ -211,8 +211,11 @@ def test_the_decision_page_shows_the_action_the_typed_values_and_their_sources(
 
     body = response.content.decode()
     assert response.status_code == 200
-    action = escape(approval.action)
+    # The headline names the page by its host; its whole address is under the picture.
+    action = escape(approval.action_summary)
+    assert action.endswith(" on 127.0.0.1:8001")
     assert f'<h1 id="action-heading" class="approval-action">{action}</h1>' in body
+    assert f'<a href="{escape(approval.evidence["url"])}" rel="noreferrer noopener">' in body
     assert f'src="/runs/{approval.run_id}/files/approvals/01-submit-payment.outlined.png"' in body
     # The typed values, each next to the input or output that holds the same value.
     assert "The field labelled &#x27;Amount&#x27;" in body

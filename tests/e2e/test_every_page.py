@@ -18,7 +18,15 @@ from urllib.parse import urlsplit
 import pytest
 from axe_playwright_python.base import AXE_SCRIPT
 from django.urls import URLPattern, URLResolver, get_resolver
-from playwright.sync_api import Browser, Dialog, Page, ViewportSize, expect
+from playwright.sync_api import (
+    Browser,
+    ConsoleMessage,
+    Dialog,
+    Page,
+    Response,
+    ViewportSize,
+    expect,
+)
 
 from pandaweb.core.roles import DEMO_USERS, ROLE_CAPABILITIES, Capability, Role
 from tests.e2e.conftest import Stack
@@ -265,6 +273,7 @@ def signed_in(browser: Browser, live_stack: Stack) -> Iterator[dict[Role | None,
         context.add_init_script(AXE_SCRIPT)
         page = context.new_page()
         page.set_default_timeout(15_000)
+        watch_errors(page)
         if role is not None:
             username = DEMO_USERS[role]
             page.goto(f"{live_stack.url}/login/")
@@ -276,6 +285,31 @@ def signed_in(browser: Browser, live_stack: Stack) -> Iterator[dict[Role | None,
     yield pages
     for page in pages.values():
         page.context.close()
+
+
+# What each page said went wrong while it was checked: its console's errors (a resource it was
+# refused, a websocket turned away, a script error) and the requests it made that failed.
+PAGE_ERRORS: dict[Page, list[str]] = {}
+
+
+def watch_errors(page: Page) -> None:
+    errors = PAGE_ERRORS.setdefault(page, [])
+
+    def console(message: ConsoleMessage) -> None:
+        # The page's own status (a 404 page checked as such) is the case's, not an error of it.
+        own = message.location.get("url") == page.url and "Failed to load resource" in message.text
+        if message.type == "error" and not own:
+            errors.append(f"console: {message.text} ({message.location.get('url')})")
+
+    page.on("console", console)
+    page.on("pageerror", lambda exc: errors.append(f"script error: {exc}"))
+
+    def failed(response: Response) -> None:
+        # The page's own answer is the case's to check (a 404 page answers 404).
+        if response.status >= 400 and not response.request.is_navigation_request():
+            errors.append(f"{response.request.method} {response.url} answered {response.status}")
+
+    page.on("response", failed)
 
 
 def start_axe(page: Page) -> None:
@@ -338,6 +372,7 @@ def test_the_page_has_no_serious_accessibility_violation_and_fits_a_phone(
     for role in page_case.roles:
         page = signed_in[role]
         page.set_viewport_size(DESKTOP)
+        PAGE_ERRORS[page].clear()
         response = page.goto(live_stack.url + path)
         assert response is not None
         where = f"{page_case.label} as {role or 'anonymous'} ({page.url})"
@@ -359,6 +394,8 @@ def page_problems(page: Page, where: str) -> list[str]:
     page.set_viewport_size(PHONE)
     if overflow := sideways_overflow(page):
         problems.append(f"{where} scrolls sideways on a phone: {overflow}")
+    # A page the person may open loads nothing it is refused, and runs without script errors.
+    problems += [f"{where}: {error}" for error in PAGE_ERRORS[page]]
     return problems
 
 
@@ -394,6 +431,7 @@ def test_a_page_that_answers_a_form_has_no_serious_violation_and_fits_a_phone(
     role, reach = FORM_ANSWERS[answer]
     page = signed_in[role]
     page.set_viewport_size(DESKTOP)
+    PAGE_ERRORS[page].clear()
     # A "are you sure?" confirm() before a form is sent: the person says yes.
     page.on("dialog", accept)
     try:
