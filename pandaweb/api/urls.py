@@ -7,6 +7,7 @@ from django.urls import URLPattern, URLResolver, path, re_path
 
 from pandaweb.api import views
 from pandaweb.api.api import api
+from pandaweb.api.events_stream import events_response
 from pandaweb.api.problems import Problem, render
 
 app_name = "account"
@@ -30,7 +31,12 @@ def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
             else:
                 item.callback.login_required = False
 
-    patterns = [*patterns, re_path(r"^.*$", _no_such_endpoint)]
+    patterns = [
+        *patterns,
+        # A stream, which ninja's operations cannot answer with (docs/api.md, "Events").
+        path("events", events_response, name="events"),
+        re_path(r"^.*$", _no_such_endpoint),
+    ]
     exempt(patterns)
     return patterns, app, namespace
 

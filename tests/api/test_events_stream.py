@@ -1,0 +1,187 @@
+"""GET /api/v1/events: the Server-Sent Events stream of runs, steps, approvals and questions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import yaml
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.test import AsyncClient
+
+from pandaweb.api import events_stream
+from sessions import services
+from sessions.models import Run, RunEvent
+from sessions.services.records import event_append, lock_run
+from tests.api.conftest import make_token
+from tests.sessions.conftest import EXAMPLE, publish
+from workflows.models import Workflow
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("no_background_runs"),
+]
+
+INPUTS = {"invoice": "INV-1001", "amount": "12.00"}
+
+
+@pytest.fixture(autouse=True)
+def quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(events_stream, "POLL_SECONDS", 0.02)
+
+
+def launch(user: User, workflow: Workflow) -> Run:
+    return services.run_launch(workflow_id=workflow.pk, user=user, raw_inputs=INPUTS)
+
+
+@pytest.fixture
+def other_workflow(operator: User, demo_workflow: Workflow) -> Workflow:
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document["slug"], document["name"] = "acme-pay-invoice-copy", "Pay an Acme invoice (copy)"
+    return publish(operator, document)
+
+
+@sync_to_async
+def step_done(run_id: int, index: int) -> int:
+    """What the runner's writer does for a finished step: the event on the locked run."""
+    with transaction.atomic():
+        run = lock_run(run_id)
+        event = event_append(run, "step", {"index": index, "status": "succeeded"})
+        run.save(update_fields=["last_event_seq"])
+    return event.pk
+
+
+async def open_stream(token: str, query: str = "", **headers: str) -> Any:
+    return await AsyncClient().get(
+        f"/api/v1/events{query}", headers={"Authorization": f"Bearer {token}", **headers}
+    )
+
+
+async def next_event(response: Any) -> dict[str, Any]:
+    """The next event the stream sends (skipping its retry hint and keepalives)."""
+    chunks: AsyncIterator[bytes] = response.streaming_content
+    while True:
+        chunk = await asyncio.wait_for(anext(chunks), timeout=10)
+        text = chunk.decode() if isinstance(chunk, bytes) else chunk
+        fields = dict(
+            line.split(": ", 1) for line in text.strip().splitlines() if not line.startswith(":")
+        )
+        if "id" in fields:
+            return {"id": int(fields["id"]), "event": fields["event"], **json.loads(fields["data"])}
+
+
+async def test_it_streams_a_step_of_a_live_run(operator: User, demo_workflow: Workflow) -> None:
+    run = await sync_to_async(launch)(operator, demo_workflow)
+    response = await open_stream(await sync_to_async(make_token)(operator))
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/event-stream"
+
+    event_id = await step_done(run.pk, 0)
+
+    event = await next_event(response)
+    assert event["id"] == event_id
+    assert event["event"] == "step"
+    assert (event["run"], event["workflow"], event["index"]) == (run.pk, "acme-pay-invoice", 0)
+    await response.streaming_content.aclose()
+
+
+async def test_it_resumes_after_the_last_event_id_without_loss_or_duplication(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    run = await sync_to_async(launch)(operator, demo_workflow)
+    token = await sync_to_async(make_token)(operator)
+    seen = [await step_done(run.pk, index) for index in range(3)]
+
+    response = await open_stream(token, **{"Last-Event-ID": str(seen[0])})
+    assert [(await next_event(response))["id"] for _ in range(2)] == seen[1:]
+    later = await step_done(run.pk, 3)
+    assert (await next_event(response))["id"] == later
+    await response.streaming_content.aclose()
+
+    resumed = await open_stream(token, f"?last_event_id={seen[1]}")
+    assert [(await next_event(resumed))["index"] for _ in range(2)] == [2, 3]
+    await resumed.streaming_content.aclose()
+
+
+async def test_it_filters_by_run_and_by_workflow(
+    operator: User, demo_workflow: Workflow, other_workflow: Workflow
+) -> None:
+    first = await sync_to_async(launch)(operator, demo_workflow)
+    second = await sync_to_async(launch)(operator, demo_workflow)
+    elsewhere = await sync_to_async(launch)(operator, other_workflow)
+    token = await sync_to_async(make_token)(operator)
+    by_run = await open_stream(token, f"?run={second.pk},{elsewhere.pk}&run=999999")
+    by_workflow = await open_stream(token, "?workflow=acme-pay-invoice-copy")
+
+    await step_done(first.pk, 0)
+    await step_done(second.pk, 0)
+    await step_done(elsewhere.pk, 0)
+
+    assert (await next_event(by_run))["run"] == second.pk
+    assert (await next_event(by_run))["run"] == elsewhere.pk
+    assert (await next_event(by_workflow))["run"] == elsewhere.pk
+    await by_run.streaming_content.aclose()
+    await by_workflow.streaming_content.aclose()
+
+
+async def test_it_shows_only_the_events_of_the_tokens_scopes(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    run = await sync_to_async(launch)(operator, demo_workflow)
+    token = await sync_to_async(make_token)(operator, ["questions:answer"])
+    response = await open_stream(token)
+    await step_done(run.pk, 0)
+
+    @sync_to_async
+    def awaiting_answer() -> int:
+        with transaction.atomic():
+            locked = lock_run(run.pk)
+            event = event_append(
+                locked, "status", {"from": "running", "to": "awaiting_answer", "reason": ""}
+            )
+            locked.save(update_fields=["last_event_seq"])
+        return event.pk
+
+    question_event = await awaiting_answer()
+    event = await next_event(response)
+    assert (event["id"], event["event"]) == (question_event, "question.asked")
+    await response.streaming_content.aclose()
+
+
+async def test_it_refuses_a_token_without_an_event_scope(operator: User) -> None:
+    token = await sync_to_async(make_token)(operator, ["workflows:read"])
+    response = await open_stream(token)
+    assert response.status_code == 403
+    assert response["Content-Type"] == "application/problem+json"
+    assert "runs:read" in response.json()["detail"]
+
+
+async def test_it_refuses_a_request_without_a_token(db: None) -> None:
+    response = await AsyncClient().get("/api/v1/events")
+    assert response.status_code == 401
+    assert response["Content-Type"] == "application/problem+json"
+
+
+async def test_it_names_an_unknown_workflow(operator: User) -> None:
+    response = await open_stream(await sync_to_async(make_token)(operator), "?workflow=nope")
+    assert response.status_code == 422
+    assert response.json()["errors"] == [
+        {"field": "workflow", "message": "no workflow has the slug 'nope'"}
+    ]
+
+
+async def test_it_starts_at_the_newest_event_without_a_last_event_id(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    run = await sync_to_async(launch)(operator, demo_workflow)
+    await step_done(run.pk, 0)
+    response = await open_stream(await sync_to_async(make_token)(operator))
+    fresh = await step_done(run.pk, 1)
+    assert (await next_event(response))["id"] == fresh
+    assert await RunEvent.objects.filter(pk__lt=fresh).acount() > 0
+    await response.streaming_content.aclose()
