@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import Prefetch
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.urls import reverse
@@ -40,8 +41,10 @@ from pandaweb.api.schemas import (
     ApprovalOut,
     ApprovalSummary,
     ArtifactOut,
+    CallbackOut,
     DecisionIn,
     QuestionOut,
+    RunLaunchedOut,
     RunLaunchIn,
     RunOut,
     RunPage,
@@ -60,6 +63,12 @@ from pandaweb.audit.export import ExportError
 from pandaweb.audit.exports import AuditExportError, audit_export_to_file
 from pandaweb.audit.services import audit_verify_database
 from pandaweb.core.security import with_docs_policy
+from pandaweb.webhooks import selectors as webhook_selectors
+from pandaweb.webhooks.services import (
+    callback_subscribe,
+    callback_url_problem,
+    subscription_secret,
+)
 from sessions import selectors as run_selectors
 from sessions.engine.vocabulary import MASK
 from sessions.models import Artifact, Run, StepResult
@@ -443,7 +452,12 @@ def _run_out(run: Run) -> RunOut:
     )
 
 
-@runs.post("/", response={200: RunOut, 201: RunOut}, url_name="run_launch", summary="Launch a run")
+@runs.post(
+    "/",
+    response={200: RunLaunchedOut, 201: RunLaunchedOut},
+    url_name="run_launch",
+    summary="Launch a run",
+)
 def launch(
     request: HttpRequest,
     payload: RunLaunchIn,
@@ -454,10 +468,11 @@ def launch(
         description="Retry safely: the same key and body return the same run (200); the same key "
         "with another body is a 409.",
     ),
-) -> Status[RunOut]:
+) -> Status[RunLaunchedOut]:
     """Queue a run of the workflow's latest published version with typed, validated inputs (the
     same service as the launch form). 201 with the new run; 200 with the earlier run of the same
-    Idempotency-Key and body."""
+    Idempotency-Key and body. With a ``callback_url``, the answer carries the secret that signs
+    the run's callbacks."""
     context = _auth(request, Scope.RUNS_LAUNCH)
     workflow = Workflow.objects.filter(slug=payload.workflow).only("pk").first()
     if workflow is None:
@@ -468,15 +483,24 @@ def launch(
                 {"field": "workflow", "message": f"no workflow has the slug {payload.workflow!r}"}
             ],
         )
+    callback_url = payload.callback_url.strip()
+    if callback_url and (problem := callback_url_problem(callback_url)):
+        raise Problem(
+            422, "the request is not valid", errors=[{"field": "callback_url", "message": problem}]
+        )
     try:
         priority = parse_priority(payload.priority)
-        run, created = run_launch_once(
-            workflow_id=workflow.pk,
-            user=context.user,
-            raw_inputs=payload.inputs,
-            idempotency_key=idempotency_key,
-            priority=priority,
-        )
+        # One transaction: the run is handed to a worker on commit, so no event of it can
+        # come before its callback exists.
+        with transaction.atomic():
+            run, created = run_launch_once(
+                workflow_id=workflow.pk,
+                user=context.user,
+                raw_inputs=payload.inputs,
+                idempotency_key=idempotency_key,
+                priority=priority,
+            )
+            callback = _launch_callback(run, created=created, url=callback_url, user=context.user)
     except IdempotencyKeyReused as exc:
         raise Problem(409, str(exc), type="idempotency-key-reused") from None
     except RunError as exc:
@@ -491,7 +515,26 @@ def launch(
                 errors=problems.field_errors(exc.field_errors, under="inputs"),
             ) from None
         raise Problem(409, str(exc)) from None
-    return Status(201 if created else 200, _run_out(run))
+    launched = RunLaunchedOut(**_run_out(run).model_dump(), callback=callback)
+    return Status(201 if created else 200, launched)
+
+
+def _launch_callback(run: Run, *, created: bool, url: str, user: User) -> CallbackOut | None:
+    """The new run's callback, or the callback of the run an Idempotency-Key replays (which
+    must have been launched with the same ``callback_url``: it is part of the body)."""
+    if created:
+        return (
+            CallbackOut(url=url, secret=callback_subscribe(run=run, url=url, user=user))
+            if url
+            else None
+        )
+    existing = webhook_selectors.callback_of(run.pk)
+    if (existing.url if existing else "") != url:
+        raise IdempotencyKeyReused(
+            f"the idempotency key was already used for a launch with another callback_url "
+            f"(run {run.pk})"
+        )
+    return CallbackOut(url=url, secret=subscription_secret(existing)) if existing else None
 
 
 def _cursor(before_id: int) -> str:

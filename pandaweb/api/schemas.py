@@ -44,6 +44,13 @@ class RunLaunchIn(Schema):
         "workflow's concurrency limit is reached (higher first, then oldest first).",
         max_length=10,
     )
+    callback_url: str = Field(
+        "",
+        description="Optional: pandaweb POSTs the run's end (run.finished, run.failed, "
+        "run.needs_reconciliation) and its approval requests (approval.requested) here, signed "
+        "like webhooks (Standard Webhooks) with the secret the launch answers with.",
+        max_length=2000,
+    )
 
 
 class StepOut(Schema):
@@ -174,3 +181,16 @@ class VerifyOut(Schema):
     last_sequence: int | None
     last_hash: str | None
     problem: str | None
+
+
+class CallbackOut(Schema):
+    url: str
+    secret: str = Field(
+        description="The Standard Webhooks secret (whsec_…) that signs the callbacks of this run."
+    )
+
+
+class RunLaunchedOut(RunOut):
+    callback: CallbackOut | None = Field(
+        None, description="Where the run's callbacks go and their signing secret."
+    )

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from sessions.models import Run
 from workflows.models import Workflow
 
 
@@ -28,6 +29,11 @@ class Subscription(models.Model):
         Workflow, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
     )
     events = models.JSONField(default=list)
+    # A launch's ``callback_url``: this run's events only, made with the run and not listed
+    # among the installation's subscriptions.
+    run = models.OneToOneField(
+        Run, on_delete=models.CASCADE, null=True, blank=True, related_name="callback"
+    )
     secret_sealed = models.TextField()
     active = models.BooleanField(default=True)
     disabled_reason = models.CharField(max_length=500, blank=True)

@@ -13,7 +13,13 @@ def subscription_get(subscription_id: int) -> Subscription:
 
 
 def subscriptions() -> QuerySet[Subscription]:
-    return Subscription.objects.select_related("workflow", "created_by")
+    """The installation's subscriptions (not the callbacks of single runs)."""
+    return Subscription.objects.filter(run__isnull=True).select_related("workflow", "created_by")
+
+
+def callback_of(run_id: int) -> Subscription | None:
+    """The run's callback (the launch's ``callback_url``), if it was launched with one."""
+    return Subscription.objects.filter(run_id=run_id).first()
 
 
 def message_get(message_id: int) -> Message:

@@ -76,14 +76,22 @@ def subscription_secret(subscription: Subscription) -> str:
 # Subscriptions -----------------------------------------------------------------------------------
 
 
+def _url_problem(url: str) -> str:
+    if not url.lower().startswith(("http://", "https://")):
+        return "The address must start with http:// or https://."
+    if len(url) > 2000:
+        return "Use an address of at most 2000 characters."
+    return ""
+
+
 def _check(*, name: str, url: str, events: list[str]) -> tuple[str, str, list[str]]:
     errors: dict[str, list[str]] = {}
     name = name.strip()
     if not name:
         errors["name"] = ["Give the subscription a name."]
     url = url.strip()
-    if not url.lower().startswith(("http://", "https://")):
-        errors["url"] = ["The address must start with http:// or https://."]
+    if problem := _url_problem(url):
+        errors["url"] = [problem]
     known = {e.value for e in Event}
     chosen = [e for e in events if e in known]
     if not chosen or len(chosen) != len(events):
@@ -129,6 +137,51 @@ def subscription_create(
             after=_facts(subscription),
         )
     return subscription, secret
+
+
+# What a launch's callback hears of its run: how it ended, and that it waits for an approval.
+CALLBACK_EVENTS = sorted(
+    {
+        Event.RUN_FINISHED,
+        Event.RUN_FAILED,
+        Event.RUN_NEEDS_RECONCILIATION,
+        Event.APPROVAL_REQUESTED,
+    }
+)
+
+
+def callback_url_problem(url: str) -> str:
+    """Why ``url`` cannot be a callback address ('' when it can): the rule of subscriptions."""
+    return _url_problem(url.strip())
+
+
+def callback_subscribe(*, run: Run, url: str, user: User) -> str:
+    """Send the run's settling and approval events to ``url`` and return the signing secret.
+
+    Precondition: inside the launch's transaction (so no event of the run can come before it)
+    and ``callback_url_problem(url)`` is ''. Not idempotent: a run has one callback.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("callback_subscribe() must run inside the launch's transaction")
+    secret = secret_generate()
+    subscription = Subscription.objects.create(
+        name=f"Callback of run {run.pk}",
+        url=url.strip(),
+        run=run,
+        workflow_id=run.workflow_id,
+        events=CALLBACK_EVENTS,
+        secret_sealed=vault().seal({"secret": secret}),
+        created_by=user,
+    )
+    audit_record(
+        action="webhook.callback_created",
+        object_type="webhook_subscription",
+        object_id=subscription.pk,
+        actor=user,
+        after={"run": run.pk, "url": subscription.url, "events": CALLBACK_EVENTS},
+        run_id=run.pk,
+    )
+    return secret
 
 
 def _lock(subscription_id: int) -> Subscription:
@@ -230,7 +283,9 @@ def outbox_record(
     subscriptions = [
         s
         for s in Subscription.objects.filter(active=True).filter(
-            Q(workflow__isnull=True) | Q(workflow_id=subject_run.workflow_id)
+            Q(run__isnull=True, workflow__isnull=True)
+            | Q(run__isnull=True, workflow_id=subject_run.workflow_id)
+            | Q(run_id=subject_run.pk)
         )
         if event in s.events
     ]
