@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 import yaml
 from asgiref.sync import sync_to_async
+from asgiref.testing import ApplicationCommunicator
 from django.contrib.auth.models import User
+from django.core.asgi import get_asgi_application
 from django.db import transaction
 from django.test import AsyncClient
 
@@ -185,3 +187,36 @@ async def test_it_starts_at_the_newest_event_without_a_last_event_id(
     assert (await next_event(response))["id"] == fresh
     assert await RunEvent.objects.filter(pk__lt=fresh).acount() > 0
     await response.streaming_content.aclose()
+
+
+async def test_it_streams_through_the_asgi_handler_and_stops_when_the_client_leaves(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    """What daphne runs: the response starts at once, events follow, a disconnect ends it."""
+    run = await sync_to_async(launch)(operator, demo_workflow)
+    token = await sync_to_async(make_token)(operator)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/api/v1/events",
+        "raw_path": b"/api/v1/events",
+        "query_string": f"run={run.pk}".encode(),
+        "headers": [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())],
+        "server": ("testserver", 80),
+        "client": ("127.0.0.1", 50000),
+    }
+    app = ApplicationCommunicator(get_asgi_application(), scope)
+    await app.send_input({"type": "http.request", "body": b"", "more_body": False})
+    start = await app.receive_output(timeout=10)
+    assert (start["type"], start["status"]) == ("http.response.start", 200)
+    assert (await app.receive_output(timeout=10))["body"].startswith(b"retry:")
+
+    event_id = await step_done(run.pk, 0)
+    body = (await app.receive_output(timeout=10))["body"].decode()
+    assert body.startswith(f"id: {event_id}\nevent: step\n")
+
+    await app.send_input({"type": "http.disconnect"})
+    await app.wait(timeout=10)
