@@ -94,6 +94,16 @@ def test_a_day_driven_from_the_client_library_and_its_command(stack: Stack, tmp_
         assert run.status == "succeeded", (run.failure_reason, stack.log_tail())
         assert str(run.outputs["receipt"]).startswith("RCPT-")
 
+        # The run's whole history from the event stream, from its first event, in order.
+        seen: list[tuple[str, object]] = []
+        for event in operator.events(runs=[run.id], last_event_id="0"):
+            seen.append((event.type, event.data.get("status")))
+            if event.type == "run.status" and event.data.get("status") == "succeeded":
+                break
+        kinds = [kind for kind, _ in seen]
+        assert kinds.count("step") == len(run.raw["steps"]), seen
+        assert ("run.status", "running") in seen
+
     bundle = tmp_path / "evidence.zip"
     fetched = command(stack, operator_token, "bundle", str(run.id), str(bundle))
     assert fetched.returncode == 0, fetched
