@@ -73,19 +73,20 @@ def test_a_reviewer_decides_on_a_phone_without_scrolling_sideways_or_past_the_ti
             assert_in_first_screen(reviewer, "button:text('Log out')")
 
             reviewer.goto(f"{stack.url}/")
-            home_facts = reviewer.locator(".needs-list .decision-facts").first
+            # Other tests share this installation: the request of this invoice.
+            home_facts = reviewer.locator(".needs-list li").filter(has_text=invoice.number)
             expect(home_facts).to_contain_text(amount)
             expect(home_facts).to_contain_text("DE97 2004 0060 0123 4567 89")
             reviewer.goto(f"{stack.url}/approvals/")
             assert_no_sideways_scroll(reviewer)
             # Triage by the facts, as text: amount, payee, reference; the page's host, no URL.
-            row = reviewer.locator(".queue-table tbody tr").first
+            row = reviewer.locator(".queue-table tbody tr").filter(has_text=invoice.number)
             expect(row.locator(".queue-facts")).to_contain_text(amount)
             expect(row.locator(".queue-facts")).to_contain_text("DE97 2004 0060 0123 4567 89")
             expect(row.locator(".queue-facts")).to_contain_text(invoice.number)
             expect(row.locator(".queue-action")).not_to_contain_text("http")
             expect(row).not_to_contain_text("Expires expires")
-            reviewer.get_by_role("link", name="Click the button 'Submit payment'").first.click()
+            row.get_by_role("link", name="Click the button 'Submit payment'").click()
             expect(reviewer.get_by_role("heading", level=1)).to_contain_text("Submit payment")
             reviewer.wait_for_load_state("load")
             decision_url = reviewer.url
