@@ -30,6 +30,9 @@ class LocatedProblem:
     where: str
     message: str
     line: int | None
+    # The keys and list indexes down to the value at fault (empty when it is the whole file):
+    # what a program needs to point at it, where people read ``where``.
+    path: tuple[str | int, ...] = ()
 
     def __str__(self) -> str:
         at = f"line {self.line}, " if self.line else ""
@@ -101,6 +104,7 @@ def _null_characters(root: yaml.Node | None, data: dict[str, Any]) -> list[Locat
             ),
             message="null characters are not allowed",
             line=_line_of(root, path),
+            path=path,
         )
         for path in _nul_paths(data, ())
     ]
@@ -116,6 +120,7 @@ def locate(
             where=p.where(steps, session_steps=session_steps),
             message=p.message,
             line=_line_of(root, p.path),
+            path=p.path,
         )
         for p in problems
     ]
@@ -142,7 +147,9 @@ def _steps_first_id_type(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _single(where: str, message: str, line: int | None = None) -> DocumentError:
-    return DocumentError([LocatedProblem(where=where, message=message, line=line)])
+    """One problem: of the whole ``file``, or of the top-level key ``where`` names."""
+    path = () if where == "file" else (where,)
+    return DocumentError([LocatedProblem(where=where, message=message, line=line, path=path)])
 
 
 def _parse(text: str) -> tuple[yaml.Node | None, Any]:
@@ -250,6 +257,7 @@ def _located(
                 ),
                 message=message,
                 line=_line_of(root, problem.path),
+                path=problem.path,
             )
         )
     return problems

@@ -2,8 +2,8 @@
 event. Views call these and nothing else writes.
 
 By sub-area: ``drafts`` (the row lock, the draft, the document it would publish as: the bottom
-the others share), ``lifecycle`` (create, settings, archive), ``editing`` (a draft's steps,
-session template and parameters), ``publishing``, ``files`` (import and export) and
+the others share), ``lifecycle`` (create, start a draft, settings, archive), ``editing`` (a
+draft's steps, session template and parameters), ``publishing``, ``files`` (import and export) and
 ``credentials``. The package exports their public names; what a module keeps for the package
 is imported from that module."""
 
@@ -40,6 +40,7 @@ from workflows.services.files import (
 from workflows.services.lifecycle import (
     workflow_create,
     workflow_set_archived,
+    workflow_start_draft,
     workflow_update_settings,
 )
 from workflows.services.publishing import (
@@ -78,5 +79,6 @@ __all__ = [
     "workflow_learn_dialog",
     "workflow_publish",
     "workflow_set_archived",
+    "workflow_start_draft",
     "workflow_update_settings",
 ]

@@ -64,6 +64,27 @@ def workflow_create(
     return workflow
 
 
+@transaction.atomic
+def workflow_start_draft(*, workflow_id: int, user: User) -> tuple[WorkflowVersion, bool]:
+    """The workflow's draft, started from its latest published version when there is none (then
+    True, and an audit event). Idempotent: an existing draft is returned as it is."""
+    workflow = lock_workflow(workflow_id)
+    refuse_archived(workflow)
+    existing = workflow.versions.filter(status=WorkflowVersion.Status.DRAFT).first()
+    if existing is not None:
+        return existing, False
+    draft = draft_get_or_create(workflow)
+    audit_record(
+        action="workflow.draft_started",
+        object_type="workflow",
+        object_id=workflow.pk,
+        actor=user,
+        after={"steps": len(draft.steps), "parameters": len(draft.parameters)},
+        extra={"draft": draft.pk},
+    )
+    return draft, True
+
+
 # Words the workflow URLs use for pages of their own.
 RESERVED_SLUGS = frozenset({"new", "import", "credentials"})
 

@@ -4,6 +4,7 @@ it into the next numbered, immutable version."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -14,7 +15,7 @@ from pydantic import ValidationError
 from pandaweb.audit.services import audit_record
 from sessions.engine.steps.assertion import CHECK_KINDS
 from sessions.engine.steps.base import Problem
-from workflows.fileformat import canonical_data
+from workflows.fileformat import LocatedProblem, canonical_data
 from workflows.models import Workflow, WorkflowVersion
 from workflows.schema import STEP_TYPES, WorkflowDocument, document_problems, irreversible_warnings
 from workflows.services.drafts import (
@@ -28,19 +29,29 @@ from workflows.services.errors import WorkflowError
 
 
 class PublishRefused(WorkflowError):
-    def __init__(self, problems: list[str], warnings: list[str]) -> None:
+    def __init__(self, review: DraftReview) -> None:
         super().__init__("the draft cannot be published yet")
-        self.problems = problems
-        self.warnings = warnings
+        self.review = review
+        self.problems = review.problems
+        self.warnings = review.warnings
 
 
 @dataclass(frozen=True)
 class DraftReview:
-    """What stands between a draft and publishing it."""
+    """What stands between a draft and publishing it, each with the path of the document's
+    value at fault (``located_*``) and as the sentence the editor shows."""
 
-    problems: list[str]
-    warnings: list[str]
+    located_problems: list[LocatedProblem]
+    located_warnings: list[LocatedProblem]
     document: WorkflowDocument | None
+
+    @property
+    def problems(self) -> list[str]:
+        return [str(p) for p in self.located_problems]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [str(w) for w in self.located_warnings]
 
 
 def draft_review(workflow: Workflow, draft: WorkflowVersion) -> DraftReview:
@@ -48,15 +59,15 @@ def draft_review(workflow: Workflow, draft: WorkflowVersion) -> DraftReview:
     try:
         document = WorkflowDocument.model_validate(data)
     except ValidationError as exc:
-        messages = []
+        found = []
         for error in exc.errors():
             problem = Problem(
                 path=tuple(p for p in error["loc"] if p not in _TAGS),
                 message=str(error["msg"]).removeprefix("Value error, "),
             )
-            where = problem.where(draft.steps, session_steps=(draft.session or {}).get("steps"))
-            messages.append(f"{where}: {problem.message}")
-        return DraftReview(problems=messages, warnings=[], document=None)
+            session_steps = (draft.session or {}).get("steps")
+            found.append(_located(problem, draft.steps, session_steps))
+        return DraftReview(located_problems=found, located_warnings=[], document=None)
     problems = document_problems(document, credential_kinds=credential_kinds())
     if not document.steps:
         problems.append(Problem(path=("steps",), message="a workflow needs at least one step"))
@@ -66,9 +77,19 @@ def draft_review(workflow: Workflow, draft: WorkflowVersion) -> DraftReview:
     steps = list(document.steps)
     session_steps = list(document.session.steps) if document.session else None
     return DraftReview(
-        problems=[f"{p.where(steps, session_steps=session_steps)}: {p.message}" for p in problems],
-        warnings=[f"{w.where(steps)}: {w.message}" for w in warnings],
+        located_problems=[_located(p, steps, session_steps) for p in problems],
+        located_warnings=[_located(w, steps, None) for w in warnings],
         document=document,
+    )
+
+
+def _located(problem: Problem, steps: list[Any], session_steps: list[Any] | None) -> LocatedProblem:
+    """A draft has no file, hence no line: its problems are located by path alone."""
+    return LocatedProblem(
+        where=problem.where(steps, session_steps=session_steps),
+        message=problem.message,
+        line=None,
+        path=problem.path,
     )
 
 
@@ -96,7 +117,7 @@ def workflow_publish(
         raise WorkflowError("message", {"message": ["say what changed in this version"]})
     review = draft_review(workflow, draft)
     if review.problems or (review.warnings and not accept_warnings):
-        raise PublishRefused(review.problems, review.warnings)
+        raise PublishRefused(review)
     assert review.document is not None
     number = (workflow.versions.aggregate(top=Max("number"))["top"] or 0) + 1
     draft.status = WorkflowVersion.Status.PUBLISHED
