@@ -33,6 +33,7 @@ from approvals.policy import approval_refusal
 from approvals.questions import QuestionRefused, question_answer
 from approvals.services import ApprovalRefused, approval_decide
 from pandaweb.api import problems, ratelimit
+from pandaweb.api.access import token_with_scope
 from pandaweb.api.jsonschema import parameters_schema
 from pandaweb.api.parsing import refuse_nul_characters
 from pandaweb.api.problems import Problem
@@ -57,6 +58,7 @@ from pandaweb.api.schemas import (
 )
 from pandaweb.api.scopes import Scope
 from pandaweb.api.services import TokenContext, token_authenticate
+from pandaweb.api.workflow_api import router as workflow_management
 from pandaweb.audit import selectors as audit_selectors
 from pandaweb.audit.bundles import run_bundle_to_file
 from pandaweb.audit.export import ExportError
@@ -195,18 +197,7 @@ def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     )
 
 
-def _auth(request: HttpRequest, scope: Scope) -> TokenContext:
-    """The token, refused with 403 unless it has ``scope`` *and* its owner's role allows it."""
-    context: TokenContext = request.auth  # type: ignore[attr-defined]
-    if not context.allows(scope):
-        if scope in context.scopes:
-            raise Problem(
-                403,
-                f"the token's owner's role no longer allows '{scope.value}'",
-                type="scope-beyond-role",
-            )
-        raise Problem(403, f"this token lacks the scope '{scope.value}'", type="missing-scope")
-    return context
+_auth = token_with_scope
 
 
 def _url(name: str, **kwargs: Any) -> str:
@@ -833,6 +824,7 @@ api.add_router("/runs", runs)
 api.add_router("/questions", questions)
 api.add_router("/approvals", approvals)
 api.add_router("/audit", audit)
+api.add_router("/workflows", workflow_management)
 
 
 def run_document(run_id: int) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """RFC 9457 problem details: every error of the API is one of these.
 
 ``errors`` carries field-level messages as ``{"field": "inputs.amount", "message": "..."}``, the
-field a dotted path into the request (body fields by name, query parameters and headers by theirs).
+field a dotted path into the request (body fields by name, query parameters and headers by theirs);
+problems of a workflow file also say ``where`` in people's words and the file's ``line``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class Problem(Exception):
         detail: str,
         *,
         type: str = "",
-        errors: list[dict[str, str]] | None = None,
+        errors: list[dict[str, Any]] | None = None,
         headers: dict[str, str] | None = None,
         **extra: Any,
     ) -> None:

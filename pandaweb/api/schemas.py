@@ -194,3 +194,124 @@ class RunLaunchedOut(RunOut):
     callback: CallbackOut | None = Field(
         None, description="Where the run's callbacks go and their signing secret."
     )
+
+
+# Managing workflows (workflow_api.py) -----------------------------------------------------------
+
+
+class DocumentProblemOut(Schema):
+    field: str = Field(
+        description="Dotted path to the value at fault in the workflow document (list indexes "
+        "from 0: steps.1.target), or 'file' for the file as a whole."
+    )
+    where: str = Field(description="The same place in people's words (step 2 'pay', field …).")
+    message: str
+    line: int | None = Field(description="The line of the imported file, when there is a file.")
+
+
+class DraftOut(Schema):
+    workflow: str
+    created_at: datetime
+    updated_at: datetime
+    document: dict[str, Any] = Field(
+        description="The workflow file this draft would publish as (settings included)."
+    )
+    problems: list[DocumentProblemOut] = Field(description="Publishing is refused until fixed.")
+    warnings: list[DocumentProblemOut] = Field(
+        description="Publishing needs accept_warnings: true while there are any."
+    )
+    links: dict[str, str]
+
+
+class WorkflowDetailOut(WorkflowOut):
+    reviewer_group: str
+    settings: dict[str, Any] = Field(
+        description="The settings the next published version carries (the file's settings "
+        "block); runs use those of the latest published version."
+    )
+    offer_as_tool: bool
+    has_draft: bool
+
+
+class WorkflowSettingsIn(Schema):
+    """Only the fields sent change; the others keep their values."""
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    description: str | None = None
+    reviewer_group: str | None = Field(None, description="A group's name.", max_length=150)
+    allowed_hosts: list[str] | None = None
+    step_budget: int | None = None
+    run_ttl_minutes: int | None = None
+    max_concurrent_runs: int | None = None
+    approval_quorum: int | None = None
+    approval_expiry_minutes: int | None = None
+    author_may_approve: bool | None = None
+    approval_remind_before_minutes: int | None = None
+    approval_escalate_after_minutes: int | None = None
+    approval_escalation_group: str | None = Field(
+        None, description="A group's name; empty for none.", max_length=150
+    )
+    approval_reach: dict[str, Any] | None = Field(
+        None,
+        description="slack_channel, passkey, passkey_above_amount, facts: as in the file's "
+        "settings.approval; the options sent replace those options.",
+    )
+    recording: dict[str, Any] | None = Field(
+        None, description="filmstrip options as in the file's settings; those sent replace."
+    )
+    credentials: list[str] | None = Field(None, description="Credential names.")
+    offer_as_tool: bool | None = Field(None, description="An administrator's token only.")
+
+
+class PublishIn(Schema):
+    message: str = Field(description="What changed in this version.", max_length=500)
+    accept_warnings: bool = Field(
+        False,
+        description="Publish although the draft has warnings (a click that reads like 'pay' "
+        "but is not marked irreversible): the dashboard's “publish anyway”.",
+    )
+
+
+class VersionSummary(Schema):
+    number: int
+    published_at: datetime | None
+    author: str | None
+    message: str
+    content_hash: str
+    links: dict[str, str]
+
+
+class FieldChangeOut(Schema):
+    path: str
+    old: Any
+    new: Any
+
+
+class DiffEntryOut(Schema):
+    section: str
+    kind: str
+    label: str
+    changes: list[FieldChangeOut]
+    note: str
+
+
+class DiffOut(Schema):
+    workflow: str
+    old: str
+    new: str
+    entries: list[DiffEntryOut]
+
+
+class SessionTemplateOut(Schema):
+    workflow: str
+    version: int = Field(description="The latest published version, whose template runs fork.")
+    backend: str
+    status: Literal["never baked", "baking", "ready", "stale", "failed"]
+    template: int | None
+    requested_by: str | None
+    baked_at: datetime | None
+    rebake_due_at: datetime | None
+    rebake_every_hours: int
+    failure_reason: str
+    stale_reason: str
+    links: dict[str, str]

@@ -28,6 +28,12 @@ class Scope(StrEnum):
     # MCP (docs/mcp.md): list and call the workflows offered as tools, follow and cancel the
     # token's own runs. Never decides an approval, whatever else the token holds.
     TOOLS_CALL = "tools:call"
+    # Import files, change settings, publish: what the workflow editor lets its author do.
+    WORKFLOWS_WRITE = "workflows:write"
+    # Log in again for a workflow's runs (a stale session template): what the workflow page's
+    # re-bake button lets whoever may launch do. Apart from ``runs:launch``: a bake types the
+    # workflow's credentials into the portal.
+    SESSION_TEMPLATES_BAKE = "session-templates:bake"
 
 
 SCOPE_CAPABILITY: dict[Scope, Capability] = {
@@ -41,6 +47,8 @@ SCOPE_CAPABILITY: dict[Scope, Capability] = {
     # What answering on the run page needs: whoever may watch runs and is the one asked.
     Scope.QUESTIONS_ANSWER: Capability.VIEW_RUNS,
     Scope.TOOLS_CALL: Capability.LAUNCH_RUNS,
+    Scope.WORKFLOWS_WRITE: Capability.AUTHOR_WORKFLOWS,
+    Scope.SESSION_TEMPLATES_BAKE: Capability.LAUNCH_RUNS,
 }
 
 SCOPE_LABELS: dict[Scope, str] = {
@@ -53,4 +61,6 @@ SCOPE_LABELS: dict[Scope, str] = {
     Scope.QUESTIONS_ANSWER: "Answer the questions runs ask you (ask steps), list them",
     Scope.TOOLS_CALL: "AI agents (MCP): call the workflows offered as tools, follow and cancel "
     "the token's own runs (never decides approvals)",
+    Scope.WORKFLOWS_WRITE: "Import workflow files, change workflow settings, publish versions",
+    Scope.SESSION_TEMPLATES_BAKE: "Re-bake a workflow's session template (logs in to the portal)",
 }
