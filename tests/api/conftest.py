@@ -14,9 +14,21 @@ from pandaweb.api.scopes import Scope
 from pandaweb.api.services import token_create
 from pandaweb.core.roles import Role
 from tests.factories import user_with_role
-from tests.sessions.conftest import acme_credential, demo_workflow, no_background_runs, operator
+from tests.sessions.conftest import (
+    acme_credential,
+    demo_workflow,
+    no_background_runs,
+    operator,
+    session_templates_go_first,
+)
 
-__all__ = ["acme_credential", "demo_workflow", "no_background_runs", "operator"]
+__all__ = [
+    "acme_credential",
+    "demo_workflow",
+    "no_background_runs",
+    "operator",
+    "session_templates_go_first",
+]
 
 _NAMES = itertools.count(1)
 ALL_SCOPES = [s.value for s in Scope]
