@@ -127,7 +127,8 @@ api = NinjaAPI(
     title="pandaweb API",
     version="1",
     description=(
-        "Launch and follow runs, answer the questions runs ask, decide approvals and export the "
+        "Launch and follow runs, manage workflows, answer the questions runs ask, decide "
+        "approvals and export the "
         "audit trail. Every request carries a token: `Authorization: Bearer pw_…`, with the scope "
         "each operation names. Errors are RFC 9457 problem documents."
     ),
