@@ -13,7 +13,7 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest
 from django.urls import reverse
-from ninja import Query, Router, Status
+from ninja import Header, Query, Router, Status
 
 from pandaweb.api.access import token_with_scope
 from pandaweb.api.problems import Problem, field_errors
@@ -295,27 +295,40 @@ def settings_update(
 
 @router.post(
     "/{slug}/publish",
-    response={201: VersionSummary},
+    response={200: VersionSummary, 201: VersionSummary},
     url_name="workflow_publish",
     summary="Publish the draft",
 )
-def publish(request: HttpRequest, slug: str, payload: PublishIn) -> Status[VersionSummary]:
+def publish(
+    request: HttpRequest,
+    slug: str,
+    payload: PublishIn,
+    idempotency_key: str = Header(
+        "",
+        alias="Idempotency-Key",
+        max_length=100,
+        description="Retry safely: the same key and message return the version published "
+        "(200); the same key with another message is a 409.",
+    ),
+) -> Status[VersionSummary]:
     """Turn the draft into the next numbered version (201), as the editor's Publish button.
 
     Refused with 422 ``publish-refused`` while the draft has problems (``errors``: each with its
     path in the document), and with 409 ``warnings-not-accepted`` while it has warnings and
-    ``accept_warnings`` is not true (``warnings``: the same shape). 409 when there is no draft:
-    a retry of a publish that succeeded finds the version in ``versions``.
+    ``accept_warnings`` is not true (``warnings``: the same shape). 409 when there is no draft.
     Scope: ``workflows:write``."""
     context = token_with_scope(request, Scope.WORKFLOWS_WRITE)
     workflow = selectors.workflow_get(slug)
     try:
-        version = services.workflow_publish(
+        version, created = services.workflow_publish_once(
             workflow_id=workflow.pk,
             user=context.user,
             message=payload.message,
             accept_warnings=payload.accept_warnings,
+            idempotency_key=idempotency_key,
         )
+    except services.PublishKeyReused as exc:
+        raise Problem(409, str(exc), type="idempotency-key-reused") from None
     except services.PublishRefused as exc:
         located = _document_problems(exc.review.located_problems)
         warned = [w.model_dump() for w in _document_problems(exc.review.located_warnings)]
@@ -336,7 +349,7 @@ def publish(request: HttpRequest, slug: str, payload: PublishIn) -> Status[Versi
         ) from None
     except services.WorkflowError as exc:
         raise _refusal(exc) from None
-    return Status(201, _version_summary(version))
+    return Status(201 if created else 200, _version_summary(version))
 
 
 def _version_summary(version: WorkflowVersion) -> VersionSummary:

@@ -52,4 +52,5 @@ def test_a_stale_template_rebaked_through_the_api_lets_runs_start_logged_in_agai
     run = launch_and_execute(api, workflow.slug)
     assert run.status == Run.Status.SUCCEEDED, run.failure_reason
     assert run.session_template_id == requested.json()["template"]
-    assert SessionTemplate.objects.get(pk=first.session_template_id).status == "retired"
+    replaced = SessionTemplate.objects.get(pk=first.session_template_id or 0)
+    assert replaced.status == SessionTemplate.Status.RETIRED

@@ -328,6 +328,25 @@ def test_publishing_with_warnings_needs_them_accepted(author: Api, operator: Use
     assert "no draft" in retry["detail"]
 
 
+def test_a_publish_retried_with_its_idempotency_key_answers_the_same_version(
+    author: Api,
+) -> None:
+    post_file(author, yaml.safe_dump(workflow_file()))
+    body = {"message": "first"}
+
+    first = author.post("/workflows/pay/publish", body, **{"Idempotency-Key": "deploy-17"})
+    retry = author.post("/workflows/pay/publish", body, **{"Idempotency-Key": "deploy-17"})
+    other = author.post(
+        "/workflows/pay/publish", {"message": "second"}, **{"Idempotency-Key": "deploy-17"}
+    )
+
+    assert (first.status_code, retry.status_code) == (201, 200)
+    assert retry.json() == first.json()
+    assert problem(other, 409)["type"].endswith("/idempotency-key-reused")
+    assert AuditEvent.objects.filter(action="workflow.published").count() == 1
+    assert WorkflowVersion.objects.filter(status="published").count() == 1
+
+
 def test_publishing_needs_a_message(author: Api) -> None:
     post_file(author, yaml.safe_dump(workflow_file()))
 

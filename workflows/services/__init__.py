@@ -45,15 +45,18 @@ from workflows.services.lifecycle import (
 )
 from workflows.services.publishing import (
     DraftReview,
+    PublishKeyReused,
     PublishRefused,
     draft_review,
     workflow_publish,
+    workflow_publish_once,
 )
 
 __all__ = [
     "DraftReview",
     "ImportRefused",
     "ImportUnchanged",
+    "PublishKeyReused",
     "PublishRefused",
     "WorkflowError",
     "credential_create",
@@ -78,6 +81,7 @@ __all__ = [
     "workflow_import",
     "workflow_learn_dialog",
     "workflow_publish",
+    "workflow_publish_once",
     "workflow_set_archived",
     "workflow_start_draft",
     "workflow_update_settings",

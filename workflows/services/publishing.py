@@ -12,6 +12,7 @@ from django.db.models import Max
 from django.utils import timezone
 from pydantic import ValidationError
 
+from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from sessions.engine.steps.assertion import CHECK_KINDS
 from sessions.engine.steps.base import Problem
@@ -97,9 +98,67 @@ def _located(problem: Problem, steps: list[Any], session_steps: list[Any] | None
 _TAGS = frozenset((*STEP_TYPES, *CHECK_KINDS))
 
 
+class PublishKeyReused(WorkflowError):
+    """An idempotency key that published a version with another message."""
+
+
+@transaction.atomic
+def workflow_publish_once(
+    *,
+    workflow_id: int,
+    user: User,
+    message: str,
+    accept_warnings: bool = False,
+    idempotency_key: str = "",
+) -> tuple[WorkflowVersion, bool]:
+    """``workflow_publish``, safe to retry; returns the version and whether this call published it.
+
+    With an ``idempotency_key``, the same (user, workflow, key) with the same message returns the
+    version it published first, where a plain retry would be refused for want of a draft; with
+    another message it raises PublishKeyReused. The key lives in the ``workflow.published``
+    audit event, the record of that publish (versions are immutable, and need no column for it).
+    """
+    key = idempotency_key.strip()
+    if key:
+        # The retry waits for the publish it repeats, whose event it must find.
+        lock_workflow(workflow_id)
+        earlier = (
+            AuditEvent.objects.filter(
+                action="workflow.published",
+                object_type="workflow",
+                object_id=str(workflow_id),
+                actor=user,
+                extra__idempotency_key=key,
+            )
+            .order_by("-sequence")
+            .first()
+        )
+        if earlier is not None:
+            published = earlier.after or {}
+            if published.get("message") != message.strip():
+                raise PublishKeyReused(
+                    f"this Idempotency-Key published version {published.get('version')} "
+                    "with another message"
+                )
+            return WorkflowVersion.objects.get(pk=earlier.extra["version_id"]), False
+    version = workflow_publish(
+        workflow_id=workflow_id,
+        user=user,
+        message=message,
+        accept_warnings=accept_warnings,
+        idempotency_key=key,
+    )
+    return version, True
+
+
 @transaction.atomic
 def workflow_publish(
-    *, workflow_id: int, user: User, message: str, accept_warnings: bool = False
+    *,
+    workflow_id: int,
+    user: User,
+    message: str,
+    accept_warnings: bool = False,
+    idempotency_key: str = "",
 ) -> WorkflowVersion:
     """Turn the draft into the next numbered, immutable version.
 
@@ -134,6 +193,10 @@ def workflow_publish(
         object_id=workflow.pk,
         actor=user,
         after={"version": number, "content_hash": draft.content_hash, "message": message},
-        extra={"version_id": draft.pk, "accepted_warnings": review.warnings},
+        extra={
+            "version_id": draft.pk,
+            "accepted_warnings": review.warnings,
+            **({"idempotency_key": idempotency_key} if idempotency_key else {}),
+        },
     )
     return draft
