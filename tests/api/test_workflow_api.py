@@ -20,6 +20,7 @@ from tests.api.conftest import Api, make_token
 from tests.api.test_api import problem
 from tests.factories import user_with_role
 from tests.sessions.conftest import publish, session_document
+from workflows import services as workflow_services
 from workflows.models import Credential, Workflow, WorkflowVersion
 
 pytestmark = pytest.mark.django_db
@@ -277,6 +278,24 @@ def test_only_an_administrators_token_offers_a_workflow_to_agents(author: Api) -
 
     assert refused["errors"][0]["field"] == "offer_as_tool"
     assert Workflow.objects.get().offer_as_tool is False
+
+
+def test_an_archived_workflow_is_refused_until_it_is_restored(author: Api, operator: User) -> None:
+    post_file(author, yaml.safe_dump(workflow_file()))
+    workflow_services.workflow_set_archived(
+        workflow_id=Workflow.objects.get().pk, user=operator, archived=True
+    )
+
+    for response in (
+        patch(author, "/workflows/pay/settings", {"step_budget": 12}),
+        author.post("/workflows/pay/publish", {"message": "first"}),
+        post_file(author, yaml.safe_dump(workflow_file(name="Changed"))),
+    ):
+        document = problem(response, 409)
+        assert document["type"].endswith("/workflow-refused")
+        assert "archived" in document["detail"]
+    workflow = Workflow.objects.get()
+    assert (workflow.name, workflow.step_budget) == ("Pay an invoice", 50)
 
 
 # Publishing, versions, differences --------------------------------------------------------------
