@@ -161,14 +161,16 @@ def workflow_import(request: HttpRequest) -> Status[WorkflowDetailOut]:
 # The workflow and its draft -----------------------------------------------------------------------
 
 
-@router.get("/{slug}", response=WorkflowDetailOut, url_name="workflow_get")
+@router.get(
+    "/{slug}", response=WorkflowDetailOut, url_name="workflow_get", summary="Get a workflow"
+)
 def workflow_get(request: HttpRequest, slug: str) -> WorkflowDetailOut:
     """The workflow with the settings its next version carries. Scope: ``workflows:read``."""
     token_with_scope(request, Scope.WORKFLOWS_READ)
     return _detail(selectors.workflow_get(slug))
 
 
-@router.get("/{slug}/draft", response=DraftOut, url_name="workflow_draft")
+@router.get("/{slug}/draft", response=DraftOut, url_name="workflow_draft", summary="Get the draft")
 def draft_get(request: HttpRequest, slug: str) -> DraftOut:
     """The draft as it would be published, with what stands in the way (problems) and what needs
     accepting (warnings); 404 when there is none. Scope: ``workflows:read``."""
@@ -235,7 +237,12 @@ def _credentials(names: list[str]) -> list[Credential]:
     return [found[n] for n in names]
 
 
-@router.patch("/{slug}/settings", response=WorkflowDetailOut, url_name="workflow_settings")
+@router.patch(
+    "/{slug}/settings",
+    response=WorkflowDetailOut,
+    url_name="workflow_settings",
+    summary="Change settings",
+)
 def settings_update(
     request: HttpRequest, slug: str, payload: WorkflowSettingsIn
 ) -> WorkflowDetailOut:
@@ -364,7 +371,12 @@ def _version_summary(version: WorkflowVersion) -> VersionSummary:
     )
 
 
-@router.get("/{slug}/versions", response=list[VersionSummary], url_name="workflow_versions")
+@router.get(
+    "/{slug}/versions",
+    response=list[VersionSummary],
+    url_name="workflow_versions",
+    summary="List published versions",
+)
 def versions(request: HttpRequest, slug: str) -> list[VersionSummary]:
     """The published versions, newest first. Scope: ``workflows:read``."""
     token_with_scope(request, Scope.WORKFLOWS_READ)
@@ -372,7 +384,9 @@ def versions(request: HttpRequest, slug: str) -> list[VersionSummary]:
     return [_version_summary(v) for v in selectors.published_versions(workflow)]
 
 
-@router.get("/{slug}/diff", response=DiffOut, url_name="workflow_diff")
+@router.get(
+    "/{slug}/diff", response=DiffOut, url_name="workflow_diff", summary="Compare two versions"
+)
 def diff(
     request: HttpRequest,
     slug: str,
@@ -446,7 +460,10 @@ def _session_template_out(workflow: Workflow) -> SessionTemplateOut:
 
 
 @router.get(
-    "/{slug}/session-template", response=SessionTemplateOut, url_name="session_template_get"
+    "/{slug}/session-template",
+    response=SessionTemplateOut,
+    url_name="session_template_get",
+    summary="Session template status",
 )
 def session_template(request: HttpRequest, slug: str) -> SessionTemplateOut:
     """The session template runs of the latest published version fork: ready, baking, stale (a
