@@ -132,7 +132,8 @@ class Reader:
             answer = json.loads(output)
         except ValueError:
             return
-        if isinstance(answer, dict) and "status" in answer and "workflow" in answer:
+        # A run has an id, a workflow and a status (a session template has no id).
+        if isinstance(answer, dict) and {"id", "status", "workflow"} <= answer.keys():
             self.facts[RUN] = str(answer["id"])
 
     def wait_for_request(self) -> None:
@@ -170,6 +171,7 @@ def test_every_shell_example_runs_as_written(stack: Stack, tmp_path: Path) -> No
             "api_token", "docs-erp", "--name", "docs", "--service", "--by", "ada.admin",
             "--role", "Operators", "--role", "Compliance",
             "--scope", "runs:launch", "--scope", "runs:read", "--scope", "audit:read",
+            "--scope", "workflows:read",
         ).strip(),
         "REVIEWER_TOKEN": stack.manage(
             "api_token", "rory.reviewer", "--name", "docs",
