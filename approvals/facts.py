@@ -8,10 +8,11 @@ declared any shows the amount of its money parameter, as it always did.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from approvals.models import ApprovalRequest
+from workflows.money import read_amount
 from workflows.schema import DECISION_FACTS
 
 
@@ -23,14 +24,6 @@ class DecisionFact:
     amount: Decimal | None = None
     currency: str = ""
     warning: str = ""
-
-
-def _amount(value: str) -> Decimal | None:
-    try:
-        amount = Decimal(value.replace(",", "").replace(" ", ""))
-    except InvalidOperation:
-        return None
-    return amount if amount.is_finite() else None
 
 
 def _fact(entry: dict[str, Any]) -> DecisionFact:
@@ -45,7 +38,11 @@ def _fact(entry: dict[str, Any]) -> DecisionFact:
             warning=f"The run had not read {entry.get('name')} when it asked.",
         )
     text, currency = str(value), str(entry.get("currency") or "")
-    amount = _amount(text) if fact == "amount" else None
+    amount = None
+    if fact == "amount":
+        # The gate read the number off the page once ("amounts": now, then earlier).
+        read = (entry.get("amounts") or [None])[0] if "amounts" in entry else read_amount(text)
+        amount = None if read is None else Decimal(str(read))
     if amount is not None:
         text = f"{amount:,.2f} {currency}".strip()
     warning = ""
@@ -78,6 +75,23 @@ def approval_facts(approval: ApprovalRequest) -> list[DecisionFact]:
             }
             return [_fact(entry)]
     return []
+
+
+def approval_amounts(approval: ApprovalRequest) -> list[Decimal | None]:
+    """Every amount the request carries, None where one could not be read: the amount fact as
+    the page shows it now and as the run read it earlier, and the workflow's money parameter as
+    launched. A threshold compares the largest; an unreadable one counts as over it."""
+    evidence = approval.evidence or {}
+    found: list[Decimal | None] = []
+    for entry in evidence.get("facts") or []:
+        if isinstance(entry, dict) and entry.get("fact") == "amount" and "amounts" in entry:
+            found += [None if a is None else Decimal(str(a)) for a in entry["amounts"]]
+    inputs = evidence.get("inputs") or {}
+    document = approval.run.version.document or {}
+    for parameter in document.get("parameters", []):
+        if parameter.get("type") == "money" and inputs.get(parameter.get("name")) is not None:
+            found.append(read_amount(str(inputs[parameter["name"]])))
+    return found
 
 
 def approval_amount(approval: ApprovalRequest) -> tuple[Decimal, str] | None:

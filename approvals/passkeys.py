@@ -25,7 +25,7 @@ from webauthn.helpers import base64url_to_bytes
 from webauthn.helpers.exceptions import InvalidAuthenticationResponse
 from webauthn.helpers.structs import PublicKeyCredentialDescriptor, UserVerificationRequirement
 
-from approvals.facts import approval_amount
+from approvals.facts import approval_amount, approval_amounts
 from approvals.models import ApprovalRequest
 from pandaweb.reviewers.models import Passkey, StepUpChallenge
 from pandaweb.reviewers.passkeys import expected_origin, rp_id
@@ -45,17 +45,18 @@ def approval_policy(approval: ApprovalRequest) -> ApprovalPolicy:
 
 def passkey_required(approval: ApprovalRequest) -> bool:
     """Whether a verdict on ``approval`` needs a passkey. Fails closed: with ``above``, a request
-    whose amount cannot be read needs one."""
+    with no amount, or one amount it cannot read, needs one; with several (the page's, the one
+    read earlier, the money parameter's) the largest decides."""
     policy = approval_policy(approval)
     mode = policy.passkey
     if mode == "always":
         return True
     if mode != "above":
         return False
-    amount = approval_amount(approval)
-    if amount is None:
+    amounts = approval_amounts(approval)
+    if not amounts or any(amount is None for amount in amounts):
         return True
-    return amount[0] > (policy.passkey_above_amount or Decimal("0"))
+    return max(a for a in amounts if a is not None) > (policy.passkey_above_amount or Decimal(0))
 
 
 def passkey_reason(approval: ApprovalRequest) -> str:
@@ -66,13 +67,14 @@ def passkey_reason(approval: ApprovalRequest) -> str:
     policy = approval_policy(approval)
     if policy.passkey == "always":
         return "this workflow asks for one with every verdict"
-    amount = approval_amount(approval)
-    if amount is None:
+    amounts = approval_amounts(approval)
+    if not amounts or any(amount is None for amount in amounts):
         return "the amount could not be read, and this workflow asks for one above an amount"
-    value, currency = amount
+    value = max(a for a in amounts if a is not None)
+    shown = approval_amount(approval)
+    currency = shown[1] if shown else ""
     limit = policy.passkey_above_amount or Decimal("0")
-    shown = f"{value:,.2f} {currency}".strip()
-    return f"the amount, {shown}, is above {limit:,.2f}"
+    return f"the amount, {f'{value:,.2f} {currency}'.strip()}, is above {limit:,.2f}"
 
 
 def _challenge(evidence_sha256: str, nonce: str) -> str:

@@ -539,6 +539,9 @@ CELERY_BEAT_SCHEDULE["audit-checkpoint"] = {
 # and after how many failed attempts in a row a subscription is switched off.
 WEBHOOK_TIMEOUT_SECONDS = env_int("PANDAWEB_WEBHOOK_TIMEOUT", 10, minimum=1)
 WEBHOOK_MAX_ATTEMPTS = env_int("PANDAWEB_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
+# Where a launch's callback_url may point (host patterns as in a workflow's allowed_hosts: an
+# administrator's list, since anyone who may launch names the address). Empty: callbacks are off.
+CALLBACK_HOSTS = env_list("PANDAWEB_CALLBACK_HOSTS", [])
 WEBHOOK_DISABLE_AFTER = env_int("PANDAWEB_WEBHOOK_DISABLE_AFTER", 15, minimum=1)
 # Batch launch: the most rows one uploaded file may hold, and its largest size.
 BATCH_MAX_ROWS = env_int("PANDAWEB_BATCH_MAX_ROWS", 1000, minimum=1)

@@ -156,3 +156,27 @@ def _ambiguity(shown: str, whole: str, fraction: str, decimal: str, grouping: st
         f"'{shown}': separators '{grouping}' may only stand between groups of three digits, "
         f"like 7{grouping}130{decimal}90"
     )
+
+
+def read_amount(text: str) -> Decimal | None:
+    """The amount a page shows, however it groups and marks it ("EUR 1,250.00", "1.250,00 €",
+    "7 130.90", "-12.00"), or None when ``text`` holds no number. Lenient where ``parse_money``
+    is strict: it reads what a portal printed, never what a person types."""
+    digits = "".join(ch for ch in text if ch.isdigit() or ch in ".,-")
+    if not any(ch.isdigit() for ch in digits):
+        return None
+    # The last separator followed by one or two digits is the decimal mark; the others group.
+    whole, mark, fraction = digits, "", ""
+    for index in range(len(digits) - 1, -1, -1):
+        if digits[index] in ".,":
+            if len(digits) - index - 1 in (1, 2):
+                whole, mark, fraction = digits[:index], ".", digits[index + 1 :]
+            break
+    number = whole.replace(".", "").replace(",", "")
+    if number.count("-") > 1 or "-" in number[1:]:
+        return None
+    try:
+        amount = Decimal(number + mark + fraction)
+    except ArithmeticError:
+        return None
+    return amount if amount.is_finite() else None

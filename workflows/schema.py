@@ -527,6 +527,21 @@ def _facts_problems(document: WorkflowDocument, outputs: set[str]) -> list[Probl
                     message=f"there is no parameter or extracted output '{name}'",
                 )
             )
+    extracted = {
+        field.name: field.kind
+        for step in document.steps
+        for field in getattr(step, "fields", [])
+        if step.type == "extract"
+    }
+    kind = extracted.get(facts.amount or "")
+    if facts.amount not in parameters and kind is not None and kind not in ("money", "number"):
+        problems.append(
+            Problem(
+                path=(*here, "amount"),
+                message=f"the amount must be extracted as money or a number; '{facts.amount}' "
+                f"is extracted as {kind}",
+            )
+        )
     amount = parameters.get(facts.amount or "")
     if amount is not None and amount.type not in ("money", "number"):
         problems.append(

@@ -134,7 +134,15 @@ def events_read(*, raw_token: str, after: int, flt: StreamFilter) -> Batch | Non
     rows = list(
         RunEvent.objects.filter(pk__gt=after)
         .select_related("run__workflow")
-        .only("pk", "type", "payload", "created_at", "run__workflow_id", "run__workflow__slug")
+        .only(
+            "pk",
+            "type",
+            "payload",
+            "created_at",
+            "run__launched_by_id",
+            "run__workflow_id",
+            "run__workflow__slug",
+        )
         .order_by("pk")[:BATCH]
     )
     settled_before = timezone.now() - GAP_GRACE
@@ -146,9 +154,26 @@ def events_read(*, raw_token: str, after: int, flt: StreamFilter) -> Batch | Non
         if event.type not in STREAMED_TYPES or not flt.selects(event.run):
             continue
         kind, scope = _kind(event)
-        if context.allows(scope):
-            batch.messages.append(format_event(event.pk, kind, _data(kind, event)))
+        if not context.allows(scope):
+            continue
+        data = _data(kind, event)
+        if kind == "question.asked" and not _asked_of(context.user, event.run, data):
+            continue
+        batch.messages.append(format_event(event.pk, kind, data))
     return batch
+
+
+def _asked_of(user: Any, run: Run, data: dict[str, Any]) -> bool:
+    """Whether ``user`` is the one a question asks: the run's launcher, or a member of the group
+    it asks (the rule the question list of the API follows; others never see its text)."""
+    if data.get("question") is None:
+        return False
+    question = Question.objects.filter(pk=data["question"]).only("answered_by").first()
+    if question is None:
+        return False
+    if question.answered_by == "launcher":
+        return bool(run.launched_by_id == user.pk)
+    return bool(user.groups.filter(name=question.answered_by).exists())
 
 
 def _latest_id() -> int:

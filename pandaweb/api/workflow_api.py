@@ -36,6 +36,7 @@ from workflows import selectors, services
 from workflows.diff import document_diff
 from workflows.fileformat import MAX_FILE_BYTES, LocatedProblem
 from workflows.models import Credential, Workflow, WorkflowVersion
+from workflows.schema import APPROVAL_REACH_OPTIONS
 from workflows.services.drafts import settings_of
 
 router = Router(tags=["workflows"])
@@ -253,6 +254,31 @@ def settings_update(
     context = token_with_scope(request, Scope.WORKFLOWS_WRITE)
     workflow = selectors.workflow_get(slug)
     sent = payload.model_dump(exclude_unset=True)
+    nulls = [name for name, value in sent.items() if value is None and name not in _MAY_BE_NULL]
+    if nulls:
+        raise Problem(
+            422,
+            "the request is not valid",
+            errors=[
+                {"field": name, "message": "may not be null: leave it out to keep its value"}
+                for name in nulls
+            ],
+        )
+    # The policy's other options have fields of their own, checked as the form checks them.
+    stray = set(sent.get("approval_reach") or {}) - set(APPROVAL_REACH_OPTIONS)
+    if stray:
+        raise Problem(
+            422,
+            "the request is not valid",
+            errors=[
+                {
+                    "field": f"approval_reach.{name}",
+                    "message": f"not an option of approval_reach (those are: "
+                    f"{', '.join(APPROVAL_REACH_OPTIONS)}); send it as its own field",
+                }
+                for name in sorted(stray)
+            ],
+        )
     escalation = sent.get("approval_escalation_group", workflow.approval_escalation_group)
     if escalation:
         _group(escalation, "approval_escalation_group")
@@ -295,6 +321,10 @@ def settings_update(
     except services.WorkflowError as exc:
         raise _refusal(exc, fields=_REACH_FIELDS) from None
     return _detail(selectors.workflow_get(slug))
+
+
+# The settings whose null means "as they are" (the options objects and offering as a tool).
+_MAY_BE_NULL = frozenset({"approval_reach", "recording", "offer_as_tool"})
 
 
 # Publishing and versions --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 from django.conf import settings
@@ -32,6 +33,7 @@ from pandaweb.core.dispatch import dispatch, task_named
 from pandaweb.webhooks import payloads
 from pandaweb.webhooks.models import Attempt, Event, Message, Subscription
 from sessions.models import Run
+from workflows.hosts import HostPatternError, host_allowed, normalize_host, parse_host_pattern
 from workflows.services.credentials import vault
 
 logger = logging.getLogger(__name__)
@@ -151,8 +153,30 @@ CALLBACK_EVENTS = sorted(
 
 
 def callback_url_problem(url: str) -> str:
-    """Why ``url`` cannot be a callback address ('' when it can): the rule of subscriptions."""
-    return _url_problem(url.strip())
+    """Why ``url`` cannot be a callback address ('' when it can): the rule of subscriptions, and
+    a host the administrators listed (PANDAWEB_CALLBACK_HOSTS). Anyone who may launch names a
+    callback, where only administrators make subscriptions: without the list, a launch could
+    send signed requests with the run's data anywhere the server reaches."""
+    url = url.strip()
+    if problem := _url_problem(url):
+        return problem
+    if not settings.CALLBACK_HOSTS:
+        return (
+            "Callbacks are off on this installation: an administrator lists the hosts they may "
+            "go to in PANDAWEB_CALLBACK_HOSTS."
+        )
+    try:
+        parts = urlsplit(url)
+        patterns = [parse_host_pattern(h) for h in settings.CALLBACK_HOSTS]
+        host, port = normalize_host(parts.hostname or ""), parts.port
+    except (ValueError, HostPatternError):
+        return "The address is not a valid URL."
+    if not host_allowed(host, port, patterns):
+        return (
+            f"Callbacks may only go to {', '.join(settings.CALLBACK_HOSTS)} "
+            "(PANDAWEB_CALLBACK_HOSTS), not to this address."
+        )
+    return ""
 
 
 def callback_subscribe(*, run: Run, url: str, user: User) -> str:

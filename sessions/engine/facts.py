@@ -9,7 +9,6 @@ page's text: a value the page does not show is the first thing a reviewer should
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from playwright.sync_api import Error as PlaywrightError
@@ -17,6 +16,7 @@ from playwright.sync_api import Error as PlaywrightError
 from sessions.engine import wording
 from sessions.engine.steps.base import StepFailed
 from sessions.engine.steps.extract import ExtractField, extract_field
+from workflows.money import read_amount
 from workflows.schema import DECISION_FACTS, FactSource
 
 if TYPE_CHECKING:
@@ -56,6 +56,11 @@ def read_facts(runner: Runner, page_text: str) -> list[dict[str, Any]]:
             fact["on_page"] = shown_on_page(source, str(value), page_text)
         if earlier is not None and value is not None and not same_value(source, earlier, value):
             fact["read_earlier"] = wording.plain(earlier)
+        if source.money:
+            # Read here once, as the page shows it: every reader of the evidence (the passkey
+            # threshold above all) takes this number, never its own reading of the text.
+            amounts = [read_amount(str(v)) for v in (value, earlier) if v is not None]
+            fact["amounts"] = [None if a is None else str(a) for a in amounts]
         facts.append(fact)
     return facts
 
@@ -83,30 +88,13 @@ def _extract_of(steps: list[dict[str, Any]], name: str) -> ExtractField | None:
     return None
 
 
-def _amount(text: str) -> Decimal | None:
-    digits = re.sub(r"[^\d.,\-]", "", text)
-    if not digits:
-        return None
-    # The last separator followed by one or two digits is the decimal mark; the others group.
-    whole, mark, fraction = digits, "", ""
-    for index in range(len(digits) - 1, -1, -1):
-        if digits[index] in ".,":
-            if len(digits) - index - 1 in (1, 2):
-                whole, mark, fraction = digits[:index], ".", digits[index + 1 :]
-            break
-    try:
-        return Decimal(re.sub(r"[.,]", "", whole) + mark + fraction)
-    except InvalidOperation:
-        return None
-
-
 def _folded(text: str) -> str:
     return "".join(text.split()).casefold()
 
 
 def same_value(source: FactSource, left: Any, right: Any) -> bool:
     if source.money:
-        a, b = _amount(str(left)), _amount(str(right))
+        a, b = read_amount(str(left)), read_amount(str(right))
         if a is not None and b is not None:
             return a == b
     return _folded(str(left)) == _folded(str(right))
@@ -116,9 +104,9 @@ def shown_on_page(source: FactSource, value: str, page_text: str) -> bool:
     """Whether the page's text shows ``value``: an amount as any number equal to it (however
     the page groups and marks it), other values whatever their spacing and letter case."""
     if source.money:
-        wanted = _amount(value)
+        wanted = read_amount(value)
         if wanted is None:
             return False
-        return any(_amount(m[0]) == wanted for m in _AMOUNT_ON_PAGE.finditer(page_text))
+        return any(read_amount(m[0]) == wanted for m in _AMOUNT_ON_PAGE.finditer(page_text))
     folded = _folded(value)
     return bool(folded) and folded in _folded(page_text)

@@ -17,7 +17,16 @@ from workflows.models import Workflow
 
 __all__ = ["receiver"]
 
-pytestmark = pytest.mark.usefixtures("no_background_runs", "deliveries_by_hand")
+pytestmark = pytest.mark.usefixtures(
+    "no_background_runs", "deliveries_by_hand", "callbacks_to_loopback"
+)
+
+
+@pytest.fixture
+def callbacks_to_loopback(settings: Any) -> None:
+    """The administrators' list of callback hosts: the receivers of these tests, on loopback."""
+    settings.CALLBACK_HOSTS = ["127.0.0.1"]
+
 
 INPUTS = {"invoice": "INV-1001", "amount": "12.00"}
 
@@ -95,4 +104,39 @@ def test_it_refuses_a_callback_url_that_is_not_http(
     assert response.json()["errors"] == [
         {"field": "callback_url", "message": "The address must start with http:// or https://."}
     ]
+    assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("hosts", "url", "said"),
+    [
+        ([], "http://127.0.0.1:9/hook", "Callbacks are off on this installation"),
+        (["erp.example.com"], "http://169.254.169.254/latest/meta-data/", "may only go to"),
+        (["erp.example.com"], "http://10.0.0.7/hook", "may only go to"),
+        (["erp.example.com"], "https://erp.example.com.evil.test/hook", "may only go to"),
+        (["*.example.com"], "https://example.com/hook", "may only go to"),
+    ],
+)
+def test_a_callback_goes_only_to_a_host_the_administrators_listed(
+    settings: Any, hosts: list[str], url: str, said: str
+) -> None:
+    # The decision alone: nothing is sent anywhere in this test.
+    settings.CALLBACK_HOSTS = hosts
+    assert said in webhook_services.callback_url_problem(url)
+
+
+def test_a_listed_host_is_a_callback_address(settings: Any) -> None:
+    settings.CALLBACK_HOSTS = ["erp.example.com", "*.payables.example.com"]
+    assert webhook_services.callback_url_problem("https://erp.example.com/hooks/pandaweb") == ""
+    assert webhook_services.callback_url_problem("https://eu.payables.example.com/h") == ""
+
+
+def test_a_launch_with_a_callback_to_an_unlisted_host_is_refused_in_words(
+    api_for: Callable[..., Any], operator: User, demo_workflow: Workflow
+) -> None:
+    response = launch(api_for(operator), callback_url="http://169.254.169.254/latest/")
+    assert response.status_code == 422
+    [error] = response.json()["errors"]
+    assert error["field"] == "callback_url"
+    assert "may only go to 127.0.0.1" in error["message"]
     assert not Run.objects.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,12 +16,16 @@ from django.contrib.auth.models import User
 from django.core.asgi import get_asgi_application
 from django.db import transaction
 from django.test import AsyncClient
+from django.utils import timezone
 
+from approvals.models import Question
 from pandaweb.api import events_stream
+from pandaweb.core.roles import Role
 from sessions import services
 from sessions.models import Run, RunEvent
 from sessions.services.records import event_append, lock_run
 from tests.api.conftest import make_token
+from tests.factories import user_with_role
 from tests.sessions.conftest import EXAMPLE, publish
 from workflows.models import Workflow
 
@@ -143,6 +148,11 @@ async def test_it_shows_only_the_events_of_the_tokens_scopes(
     def awaiting_answer() -> int:
         with transaction.atomic():
             locked = lock_run(run.pk)
+            Question.objects.create(
+                run=locked, expires_at=timezone.now() + timedelta(minutes=10), step_index=1,
+                step_id="ask-code", text="The code from the SMS?", kind="code",
+                save_as="code", answered_by="launcher", timeout_minutes=10,
+            )  # fmt: skip
             event = event_append(
                 locked, "status", {"from": "running", "to": "awaiting_answer", "reason": ""}
             )
@@ -152,7 +162,22 @@ async def test_it_shows_only_the_events_of_the_tokens_scopes(
     question_event = await awaiting_answer()
     event = await next_event(response)
     assert (event["id"], event["event"]) == (question_event, "question.asked")
+    assert event["text"] == "The code from the SMS?"
     await response.streaming_content.aclose()
+
+    # Another operator is not the one asked: the question's text never reaches their stream.
+    @sync_to_async
+    def seen_by_another_operator() -> list[str]:
+        other = user_with_role(Role.OPERATORS, username="otto")
+        batch = events_stream.events_read(
+            raw_token=make_token(other, ["questions:answer"]),
+            after=question_event - 1,
+            flt=events_stream.StreamFilter(),
+        )
+        assert batch is not None
+        return batch.messages
+
+    assert await seen_by_another_operator() == []
 
 
 async def test_it_refuses_a_token_without_an_event_scope(operator: User) -> None:

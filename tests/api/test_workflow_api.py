@@ -490,3 +490,18 @@ def test_every_workflow_endpoint_is_in_the_openapi_document_with_its_scope(
     assert diff_parameters == {"slug", "from", "to"}
     operation_ids = [op["operationId"] for item in paths.values() for op in item.values()]
     assert len(operation_ids) == len(set(operation_ids))
+
+
+def test_settings_refuse_null_and_stray_options_in_words(author: Api) -> None:
+    post_file(author, yaml.safe_dump(workflow_file()))
+
+    nulls = problem(
+        patch(author, "/workflows/pay/settings", {"name": None, "credentials": None}), 422
+    )
+    stray = problem(
+        patch(author, "/workflows/pay/settings", {"approval_reach": {"quorum": 5}}), 422
+    )
+
+    assert {e["field"] for e in nulls["errors"]} == {"name", "credentials"}
+    assert [e["field"] for e in stray["errors"]] == ["approval_reach.quorum"]
+    assert Workflow.objects.get(slug="pay").approval_quorum == 1

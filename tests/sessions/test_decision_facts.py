@@ -73,6 +73,8 @@ def test_the_gate_reads_each_fact_and_finds_it_on_the_page(facts_payment: FactsP
         "value": amount,
         "currency": "EUR",
         "on_page": True,
+        # The number as the page printed it, read now and as the run read it before.
+        "amounts": [amount, amount],
     }
     assert facts["payee"]["value"] == "DE97 2004 0060 0123 4567 89"
     assert facts["payee"]["on_page"] is True
@@ -99,6 +101,7 @@ def test_a_request_asked_again_carries_the_page_s_new_amount_and_the_one_read_be
     facts = by_fact(outcome.gate.evidence)
     assert facts["amount"]["value"] == "9999.00"
     assert facts["amount"]["read_earlier"] == read_before
+    assert facts["amount"]["amounts"] == ["9999.00", read_before]
     assert facts["amount"]["on_page"] is True
     # The payee came from the launch: the page no longer shows it.
     assert facts["payee"]["on_page"] is False

@@ -84,6 +84,7 @@ def test_the_options_reach_every_published_version_and_survive_the_settings_form
         ({"amount": "amount", "currency": "USD"}, "is a money parameter in EUR"),
         ({"reference": "Invoice"}, "'Invoice' is not the name of a parameter or output"),
         ({"currency": "eur"}, "there is no parameter or extracted output 'eur'"),
+        ({"amount": "receipt"}, "the amount must be extracted as money or a number"),
     ],
 )
 def test_it_refuses_decision_facts_that_name_nothing_the_run_has(
