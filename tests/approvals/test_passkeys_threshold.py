@@ -14,6 +14,7 @@ from approvals import passkeys
 from approvals.models import ApprovalRequest
 from tests.approvals.reach import open_request, reach_workflow
 from workflows.models import Workflow
+from workflows.money import read_amount
 
 pytestmark = pytest.mark.django_db
 
@@ -51,8 +52,6 @@ def test_the_largest_amount_the_request_carries_decides_and_none_is_guessed(
 
 
 def test_the_gate_reads_a_decimal_comma_as_the_page_means_it() -> None:
-    from workflows.money import read_amount
-
     assert str(read_amount("7.130,90 €")) == "7130.90"
     assert str(read_amount("EUR 1,250.00")) == "1250.00"
     assert str(read_amount("1.250")) == "1250"

@@ -7,9 +7,13 @@ import hashlib
 import io
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,6 +22,7 @@ import pytest
 import yaml
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connection
 from PIL import Image
 
 from pandaweb.audit.models import AuditEvent
@@ -25,9 +30,19 @@ from pandaweb.demo_portal import lab
 from pandaweb.demo_portal.server import PortalServer
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
 from sessions import services
+from sessions.engine import observation as observing
+from sessions.engine import recording
+from sessions.engine.egress_policy import EgressPolicy
+from sessions.engine.plan import RunPlan
+from sessions.engine.proxy import EgressProxy
+from sessions.engine.runner import Runner
 from sessions.engine.sandbox import namespaces
+from sessions.engine.sandbox.backends import get_backend
+from sessions.engine.sandbox.base import SandboxSpec
+from sessions.engine.sandbox.local import LocalBackend
 from sessions.models import Run, RunEvent, StepResult
 from sessions.services import execution
+from sessions.services.egress import egress_dir
 from tests.demo_portal.conftest import fetch_json
 from tests.sessions.conftest import EXAMPLE, processes_with, publish
 from workflows import services as workflow_services
@@ -393,8 +408,6 @@ def test_a_run_cancelled_while_it_starts_leaves_nothing_running(
 ) -> None:
     """Whatever the cancel reaches first (the egress supervisor, the half-made sandbox), all
     that the start made is gone when the worker is done with the run."""
-    from sessions.engine.sandbox.local import LocalBackend
-    from sessions.services.egress import egress_dir
 
     workflow = publish(operator, {
         "name": "Start", "slug": "start",
@@ -447,12 +460,6 @@ class RecordingSink:
 
 
 def test_the_run_time_limit_expires_the_run_mid_step(portal: str, tmp_path: Path) -> None:
-    from sessions.engine.egress_policy import EgressPolicy
-    from sessions.engine.plan import RunPlan
-    from sessions.engine.proxy import EgressProxy
-    from sessions.engine.runner import Runner
-    from sessions.engine.sandbox.backends import get_backend
-    from sessions.engine.sandbox.base import SandboxSpec
 
     backend = get_backend("local", settings.ENGINE_CONFIG)
     with EgressProxy(
@@ -489,7 +496,6 @@ def test_the_run_time_limit_expires_the_run_mid_step(portal: str, tmp_path: Path
 
 
 def _database_url() -> str:
-    from django.db import connection
 
     params = connection.settings_dict
     if connection.vendor == "sqlite":
@@ -501,11 +507,6 @@ def _database_url() -> str:
 def test_a_worker_killed_mid_run_leaves_an_interrupted_run_and_no_browser(
     operator: User, portal_server: PortalServer, portal: str, tmp_path: Path
 ) -> None:
-    import signal
-    import subprocess
-    import sys
-    from datetime import timedelta
-
     workflow = publish(operator, {
         "name": "Long", "slug": "long",
         "settings": {"allowed_hosts": [portal.removeprefix("http://")]},
@@ -550,14 +551,6 @@ def test_a_worker_killed_mid_run_leaves_an_interrupted_run_and_no_browser(
 def test_a_read_only_step_on_an_unchanged_page_takes_no_new_evidence(
     portal: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sessions.engine import observation as observing
-    from sessions.engine import recording
-    from sessions.engine.egress_policy import EgressPolicy
-    from sessions.engine.plan import RunPlan
-    from sessions.engine.proxy import EgressProxy
-    from sessions.engine.runner import Runner
-    from sessions.engine.sandbox.backends import get_backend
-    from sessions.engine.sandbox.base import SandboxSpec
 
     taken: list[str] = []
     take = observing.take
