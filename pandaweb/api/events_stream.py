@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -30,7 +32,7 @@ from approvals.models import ApprovalRequest, Question
 from pandaweb.api import problems, ratelimit
 from pandaweb.api.problems import Problem
 from pandaweb.api.scopes import Scope
-from pandaweb.api.services import token_authenticate
+from pandaweb.api.services import TokenContext, token_authenticate
 from pandaweb.core.consumers import read_only
 from sessions.models import Run, RunEvent
 from workflows.models import Workflow
@@ -38,10 +40,16 @@ from workflows.models import Workflow
 POLL_SECONDS = 1.0
 HEARTBEAT_SECONDS = 15.0
 BATCH = 200
-# An id can commit after a higher one (PostgreSQL hands out ids before commit): an event newer
-# than this waits for the missing ids below it rather than pass them for good. A gap older than
-# this is a rolled-back insert or a deleted run, never coming.
-GAP_GRACE = timedelta(seconds=10)
+# An id can commit after a higher one (PostgreSQL hands out ids before commit): the stream waits
+# at a missing id rather than pass it for good. A gap the stream itself has watched this long
+# (on its own clock, which no other host's skew moves) is a rolled-back insert or a deleted run,
+# never coming; so is one below an event written longer ago than GAP_SETTLED by the writers'
+# clocks, which lets a resuming client pass old gaps at once.
+GAP_GRACE_SECONDS = 10.0
+GAP_SETTLED = timedelta(minutes=5)
+# Each open stream polls on one of the few threads that reach the database for websockets and
+# streams: a token gets a handful, so one client cannot take them all.
+STREAMS_PER_TOKEN = 4
 STREAM_SCOPES = (Scope.RUNS_READ, Scope.APPROVALS_READ, Scope.QUESTIONS_ANSWER)
 STREAMED_TYPES = ("status", "step")
 
@@ -53,10 +61,12 @@ class StreamFilter:
     workflow_ids: frozenset[int] = frozenset()
     run_ids: frozenset[int] = frozenset()
 
-    def selects(self, run: Run) -> bool:
-        return (not self.workflow_ids or run.workflow_id in self.workflow_ids) and (
-            not self.run_ids or run.pk in self.run_ids
-        )
+    def applied(self, events: QuerySet[RunEvent]) -> QuerySet[RunEvent]:
+        if self.workflow_ids:
+            events = events.filter(run__workflow_id__in=self.workflow_ids)
+        if self.run_ids:
+            events = events.filter(run_id__in=self.run_ids)
+        return events
 
 
 @dataclass
@@ -65,18 +75,34 @@ class Batch:
 
     position: int
     messages: list[str] = field(default_factory=list)
+    # Stopped below an id not yet committed (or never to be).
+    at_gap: bool = False
 
 
-def _kind(event: RunEvent) -> tuple[str, Scope]:
-    """The SSE event type of a run's log entry and the scope that sees it."""
+def _kind(event: RunEvent, context: TokenContext) -> str | None:
+    """The SSE event type of a run's log entry as this token sees it, or None if it sees none.
+
+    A run waiting for an approval or an answer is still a change of the run's status: a token
+    that may read runs but not approvals hears it as one, without the request's details.
+    """
     if event.type == "step":
-        return "step", Scope.RUNS_READ
+        return "step" if context.allows(Scope.RUNS_READ) else None
     to = event.payload.get("to")
-    if to == Run.Status.AWAITING_APPROVAL:
-        return "approval.requested", Scope.APPROVALS_READ
-    if to == Run.Status.AWAITING_ANSWER:
-        return "question.asked", Scope.QUESTIONS_ANSWER
-    return "run.status", Scope.RUNS_READ
+    if to == Run.Status.AWAITING_APPROVAL and context.allows(Scope.APPROVALS_READ):
+        return "approval.requested"
+    if to == Run.Status.AWAITING_ANSWER and context.allows(Scope.QUESTIONS_ANSWER):
+        return "question.asked"
+    return "run.status" if context.allows(Scope.RUNS_READ) else None
+
+
+def _opened_with(model: type[ApprovalRequest] | type[Question], event: RunEvent) -> Any:
+    """The request (or question) opened in the transaction that moved the run: the newest one
+    made before the event."""
+    return (
+        model.objects.filter(run_id=event.run_id, created_at__lte=event.created_at)
+        .order_by("-pk")
+        .first()
+    )
 
 
 def _data(kind: str, event: RunEvent) -> dict[str, Any]:
@@ -94,27 +120,15 @@ def _data(kind: str, event: RunEvent) -> dict[str, Any]:
     data.update(
         status=payload.get("to"), previous=payload.get("from"), reason=payload.get("reason")
     )
-    # The request (or question) opened in the transaction that moved the run: the newest one
-    # made before the event.
     if kind == "approval.requested":
-        approval = (
-            ApprovalRequest.objects.filter(run=run, created_at__lte=event.created_at)
-            .order_by("-pk")
-            .only("pk", "step_id", "action")
-            .first()
-        )
+        approval = _opened_with(ApprovalRequest, event)
         if approval is not None:
             data.update(approval=approval.pk, step_id=approval.step_id, action=approval.action)
             data["links"]["approval"] = reverse(
                 "api:approval_get", kwargs={"approval_id": approval.pk}
             )
     elif kind == "question.asked":
-        question = (
-            Question.objects.filter(run=run, created_at__lte=event.created_at)
-            .order_by("-pk")
-            .only("pk", "step_id", "text")
-            .first()
-        )
+        question = _opened_with(Question, event)
         if question is not None:
             data.update(question=question.pk, step_id=question.step_id, text=question.text)
     return data
@@ -125,36 +139,37 @@ def format_event(event_id: int, kind: str, data: dict[str, Any]) -> str:
     return f"id: {event_id}\nevent: {kind}\ndata: {body}\n\n"
 
 
-def events_read(*, raw_token: str, after: int, flt: StreamFilter) -> Batch | None:
+def events_read(
+    *, raw_token: str, after: int, flt: StreamFilter, pass_gap: bool = False
+) -> Batch | None:
     """The events after ``after`` this token may see, or None once the token no longer works
-    (revoked, expired, its owner switched off): the check and the read are one trip."""
+    (revoked, expired, its owner switched off): the check and the read are one trip.
+
+    How far the read may go is decided on every event's id; which of those are sent, by the
+    filter and the stream's types, in the database. ``pass_gap``: the stream has waited at the
+    first missing id long enough.
+    """
     context = token_authenticate(raw_token)
     if context is None:
         return None
-    rows = list(
-        RunEvent.objects.filter(pk__gt=after)
-        .select_related("run__workflow")
-        .only(
-            "pk",
-            "type",
-            "payload",
-            "created_at",
-            "run__launched_by_id",
-            "run__workflow_id",
-            "run__workflow__slug",
-        )
-        .order_by("pk")[:BATCH]
-    )
-    settled_before = timezone.now() - GAP_GRACE
+    settled_before = timezone.now() - GAP_SETTLED
     batch = Batch(position=after)
-    for event in rows:
-        if event.pk != batch.position + 1 and event.created_at > settled_before:
-            break
-        batch.position = event.pk
-        if event.type not in STREAMED_TYPES or not flt.selects(event.run):
-            continue
-        kind, scope = _kind(event)
-        if not context.allows(scope):
+    ids = RunEvent.objects.filter(pk__gt=after).order_by("pk").values_list("pk", "created_at")
+    for pk, created_at in ids[:BATCH]:
+        if pk != batch.position + 1 and created_at > settled_before:
+            if not pass_gap:
+                batch.at_gap = True
+                break
+            pass_gap = False  # one gap at a time: the next waits its own turn
+        batch.position = pk
+    if batch.position == after:
+        return batch
+    events = flt.applied(
+        RunEvent.objects.filter(pk__gt=after, pk__lte=batch.position, type__in=STREAMED_TYPES)
+    )
+    for event in events.select_related("run__workflow").order_by("pk"):
+        kind = _kind(event, context)
+        if kind is None:
             continue
         data = _data(kind, event)
         if kind == "question.asked" and not _asked_of(context.user, event.run, data):
@@ -184,6 +199,22 @@ def _workflow_ids(slugs: set[str]) -> dict[str, int]:
     return dict(Workflow.objects.filter(slug__in=slugs).values_list("slug", "pk"))
 
 
+# Streams open in this server process, by token.
+_open_streams: Counter[int] = Counter()
+
+
+async def _counted(token_id: int, body: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``body``, counted among the token's open streams until it ends or the client leaves."""
+    _open_streams[token_id] += 1
+    try:
+        async for chunk in body:
+            yield chunk
+    finally:
+        _open_streams[token_id] -= 1
+        if not _open_streams[token_id]:
+            del _open_streams[token_id]
+
+
 _authenticate_async = read_only(token_authenticate)
 _events_read_async = read_only(events_read)
 _latest_id_async = read_only(_latest_id)
@@ -196,8 +227,12 @@ async def stream(*, raw_token: str, after: int, flt: StreamFilter) -> AsyncItera
     # Tell the client how soon to reconnect; the first bytes also open the response at once.
     yield f"retry: {int(POLL_SECONDS * 3000)}\n\n"
     quiet_since = time.monotonic()
+    gap_since: float | None = None
     while True:
-        batch = await _events_read_async(raw_token=raw_token, after=position, flt=flt)
+        waited_out = gap_since is not None and time.monotonic() - gap_since >= GAP_GRACE_SECONDS
+        batch = await _events_read_async(
+            raw_token=raw_token, after=position, flt=flt, pass_gap=waited_out
+        )
         if batch is None:
             yield 'event: end\ndata: {"reason":"the token no longer works"}\n\n'
             return
@@ -210,7 +245,10 @@ async def stream(*, raw_token: str, after: int, flt: StreamFilter) -> AsyncItera
             quiet_since = time.monotonic()
         if batch.position != position:
             position = batch.position
+            gap_since = None
             continue  # more may be waiting behind a full batch
+        if batch.at_gap and gap_since is None:
+            gap_since = time.monotonic()
         await asyncio.sleep(POLL_SECONDS)
 
 
@@ -284,6 +322,16 @@ async def events_response(request: HttpRequest) -> HttpResponse | StreamingHttpR
                 headers={"Retry-After": str(verdict.retry_after)},
             ),
         )
+    if _open_streams[context.token_id] >= STREAMS_PER_TOKEN:
+        return problems.render(
+            request,
+            Problem(
+                429,
+                f"this token already has {STREAMS_PER_TOKEN} event streams open; close one, "
+                "or filter one stream by several runs or workflows",
+                headers={"Retry-After": str(int(POLL_SECONDS * 3))},
+            ),
+        )
     if not any(context.allows(scope) for scope in STREAM_SCOPES):
         names = ", ".join(f"'{scope.value}'" for scope in STREAM_SCOPES)
         return problems.render(
@@ -299,7 +347,8 @@ async def events_response(request: HttpRequest) -> HttpResponse | StreamingHttpR
         # A new subscriber hears what happens from now on; a resuming one, everything it missed.
         after = await _latest_id_async()
     response = StreamingHttpResponse(
-        stream(raw_token=raw_token, after=after, flt=flt), content_type="text/event-stream"
+        _counted(context.token_id, stream(raw_token=raw_token, after=after, flt=flt)),
+        content_type="text/event-stream",
     )
     response["Cache-Control"] = "no-cache"
     # A reverse proxy must pass each event on as it comes, not when its buffer fills.

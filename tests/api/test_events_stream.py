@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 import yaml
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from asgiref.testing import ApplicationCommunicator
 from django.contrib.auth.models import User
 from django.core.asgi import get_asgi_application
@@ -38,8 +39,10 @@ INPUTS = {"invoice": "INV-1001", "amount": "12.00"}
 
 
 @pytest.fixture(autouse=True)
-def quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+def quick_polls_and_a_fresh_stream_count(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(events_stream, "POLL_SECONDS", 0.02)
+    # Test responses are left to the garbage collector, and SQLite hands token ids out again.
+    monkeypatch.setattr(events_stream, "_open_streams", Counter())
 
 
 def launch(user: User, workflow: Workflow) -> Run:
@@ -219,7 +222,18 @@ async def test_it_streams_through_the_asgi_handler_and_stops_when_the_client_lea
 ) -> None:
     """What daphne runs: the response starts at once, events follow, a disconnect ends it."""
     run = await sync_to_async(launch)(operator, demo_workflow)
-    token = await sync_to_async(make_token)(operator)
+    app = await asgi_stream(await sync_to_async(make_token)(operator), f"run={run.pk}")
+
+    event_id = await step_done(run.pk, 0)
+    body = (await app.receive_output(timeout=10))["body"].decode()
+    assert body.startswith(f"id: {event_id}\nevent: step\n")
+
+    await app.send_input({"type": "http.disconnect"})
+    await app.wait(timeout=10)
+
+
+async def asgi_stream(token: str, query: str = "") -> ApplicationCommunicator:
+    """A stream opened through Django's ASGI handler, past its retry hint."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -228,7 +242,7 @@ async def test_it_streams_through_the_asgi_handler_and_stops_when_the_client_lea
         "scheme": "http",
         "path": "/api/v1/events",
         "raw_path": b"/api/v1/events",
-        "query_string": f"run={run.pk}".encode(),
+        "query_string": query.encode(),
         "headers": [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())],
         "server": ("testserver", 80),
         "client": ("127.0.0.1", 50000),
@@ -238,10 +252,87 @@ async def test_it_streams_through_the_asgi_handler_and_stops_when_the_client_lea
     start = await app.receive_output(timeout=10)
     assert (start["type"], start["status"]) == ("http.response.start", 200)
     assert (await app.receive_output(timeout=10))["body"].startswith(b"retry:")
+    return app
 
-    event_id = await step_done(run.pk, 0)
-    body = (await app.receive_output(timeout=10))["body"].decode()
-    assert body.startswith(f"id: {event_id}\nevent: step\n")
 
-    await app.send_input({"type": "http.disconnect"})
-    await app.wait(timeout=10)
+async def test_a_token_that_reads_runs_but_not_approvals_hears_the_wait_as_a_status(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    run = await sync_to_async(launch)(operator, demo_workflow)
+    token = await sync_to_async(make_token)(operator, ["runs:read"])
+    response = await open_stream(token)
+
+    @sync_to_async
+    def awaiting_approval() -> int:
+        with transaction.atomic():
+            locked = lock_run(run.pk)
+            event = event_append(
+                locked, "status", {"from": "running", "to": "awaiting_approval", "reason": ""}
+            )
+            locked.save(update_fields=["last_event_seq"])
+        return event.pk
+
+    event_id = await awaiting_approval()
+    event = await next_event(response)
+    assert (event["id"], event["event"], event["status"]) == (
+        event_id,
+        "run.status",
+        "awaiting_approval",
+    )
+    assert "approval" not in event
+    await response.streaming_content.aclose()
+
+
+def test_the_stream_waits_at_a_missing_id_until_it_has_waited_long_enough(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    """An id below a committed one may still commit: the read stops there until the stream says
+    it has waited, and then loses nothing after the gap."""
+    run = launch(operator, demo_workflow)
+    token = make_token(operator)
+    before = RunEvent.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+    rolled_back = async_to_sync(step_done)(run.pk, 0)
+    after_gap = async_to_sync(step_done)(run.pk, 1)
+    RunEvent.objects.filter(pk=rolled_back).delete()
+
+    waiting = events_stream.events_read(
+        raw_token=token, after=before, flt=events_stream.StreamFilter()
+    )
+    assert waiting is not None
+    assert (waiting.position, waiting.messages, waiting.at_gap) == (before, [], True)
+
+    passed = events_stream.events_read(
+        raw_token=token, after=before, flt=events_stream.StreamFilter(), pass_gap=True
+    )
+    assert passed is not None
+    assert passed.position == after_gap
+    assert [m.split("\n", 1)[0] for m in passed.messages] == [f"id: {after_gap}"]
+
+    # Written long ago by the writers' clocks: a resuming client passes it at once.
+    RunEvent.objects.filter(pk=after_gap).update(
+        created_at=timezone.now() - events_stream.GAP_SETTLED - timedelta(seconds=1)
+    )
+    settled = events_stream.events_read(
+        raw_token=token, after=before, flt=events_stream.StreamFilter()
+    )
+    assert settled is not None
+    assert (settled.position, settled.at_gap) == (after_gap, False)
+
+
+async def test_a_token_may_hold_only_a_few_streams_open(operator: User) -> None:
+    token = await sync_to_async(make_token)(operator)
+    through_asgi = await asgi_stream(token)
+    others = [await open_stream(token) for _ in range(events_stream.STREAMS_PER_TOKEN - 1)]
+    for response in others:
+        assert response.status_code == 200
+        await anext(response.streaming_content)  # counted once it has started
+
+    refused = await open_stream(token)
+    assert refused.status_code == 429
+    assert "already has" in refused.json()["detail"]
+
+    # A client that leaves gives its place back.
+    await through_asgi.send_input({"type": "http.disconnect"})
+    await through_asgi.wait(timeout=10)
+    again = await open_stream(token)
+    assert again.status_code == 200
