@@ -65,11 +65,10 @@ from pandaweb.audit.export import ExportError
 from pandaweb.audit.exports import AuditExportError, audit_export_to_file
 from pandaweb.audit.services import audit_verify_database
 from pandaweb.core.security import with_docs_policy
-from pandaweb.webhooks import selectors as webhook_selectors
 from pandaweb.webhooks.services import (
-    callback_subscribe,
+    CallbackMismatch,
+    callback_for_launch,
     callback_url_problem,
-    subscription_secret,
 )
 from sessions import selectors as run_selectors
 from sessions.engine.vocabulary import MASK
@@ -492,8 +491,10 @@ def launch(
                 idempotency_key=idempotency_key,
                 priority=priority,
             )
-            callback = _launch_callback(run, created=created, url=callback_url, user=context.user)
-    except IdempotencyKeyReused as exc:
+            callback = callback_for_launch(
+                run=run, created=created, url=callback_url, user=context.user
+            )
+    except (IdempotencyKeyReused, CallbackMismatch) as exc:
         raise Problem(409, str(exc), type="idempotency-key-reused") from None
     except RunError as exc:
         if "priority" in exc.field_errors:
@@ -507,26 +508,11 @@ def launch(
                 errors=problems.field_errors(exc.field_errors, under="inputs"),
             ) from None
         raise Problem(409, str(exc)) from None
-    launched = RunLaunchedOut(**_run_out(run).model_dump(), callback=callback)
+    launched = RunLaunchedOut(
+        **_run_out(run).model_dump(),
+        callback=CallbackOut(url=callback[0], secret=callback[1]) if callback else None,
+    )
     return Status(201 if created else 200, launched)
-
-
-def _launch_callback(run: Run, *, created: bool, url: str, user: User) -> CallbackOut | None:
-    """The new run's callback, or the callback of the run an Idempotency-Key replays (which
-    must have been launched with the same ``callback_url``: it is part of the body)."""
-    if created:
-        return (
-            CallbackOut(url=url, secret=callback_subscribe(run=run, url=url, user=user))
-            if url
-            else None
-        )
-    existing = webhook_selectors.callback_of(run.pk)
-    if (existing.url if existing else "") != url:
-        raise IdempotencyKeyReused(
-            f"the idempotency key was already used for a launch with another callback_url "
-            f"(run {run.pk})"
-        )
-    return CallbackOut(url=url, secret=subscription_secret(existing)) if existing else None
 
 
 def _cursor(before_id: int) -> str:

@@ -17,11 +17,6 @@ def subscriptions() -> QuerySet[Subscription]:
     return Subscription.objects.filter(run__isnull=True).select_related("workflow", "created_by")
 
 
-def callback_of(run_id: int) -> Subscription | None:
-    """The run's callback (the launch's ``callback_url``), if it was launched with one."""
-    return Subscription.objects.filter(run_id=run_id).first()
-
-
 def message_get(message_id: int) -> Message:
     return get_object_or_404(
         Message.objects.select_related("subscription", "subscription__workflow"), pk=message_id

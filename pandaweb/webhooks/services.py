@@ -121,15 +121,9 @@ def subscription_create(
     Not idempotent: each call makes a new subscription with a new secret.
     """
     name, url, events = _check(name=name, url=url, events=events)
-    secret = secret_generate()
     with transaction.atomic():
-        subscription = Subscription.objects.create(
-            name=name,
-            url=url,
-            events=events,
-            workflow_id=workflow_id,
-            secret_sealed=vault().seal({"secret": secret}),
-            created_by=user,
+        subscription, secret = _with_new_secret(
+            name=name, url=url, events=events, workflow_id=workflow_id, created_by=user
         )
         audit_record(
             action="webhook.subscription_created",
@@ -138,6 +132,15 @@ def subscription_create(
             actor=user,
             after=_facts(subscription),
         )
+    return subscription, secret
+
+
+def _with_new_secret(**fields: Any) -> tuple[Subscription, str]:
+    """A new subscription with a signing secret of its own, stored sealed."""
+    secret = secret_generate()
+    subscription = Subscription.objects.create(
+        **fields, secret_sealed=vault().seal({"secret": secret})
+    )
     return subscription, secret
 
 
@@ -187,14 +190,12 @@ def callback_subscribe(*, run: Run, url: str, user: User) -> str:
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("callback_subscribe() must run inside the launch's transaction")
-    secret = secret_generate()
-    subscription = Subscription.objects.create(
+    subscription, secret = _with_new_secret(
         name=f"Callback of run {run.pk}",
         url=url.strip(),
         run=run,
         workflow_id=run.workflow_id,
         events=CALLBACK_EVENTS,
-        secret_sealed=vault().seal({"secret": secret}),
         created_by=user,
     )
     audit_record(
@@ -206,6 +207,25 @@ def callback_subscribe(*, run: Run, url: str, user: User) -> str:
         run_id=run.pk,
     )
     return secret
+
+
+class CallbackMismatch(Exception):
+    """An Idempotency-Key replays a launch that named another callback address."""
+
+
+def callback_for_launch(*, run: Run, created: bool, url: str, user: User) -> tuple[str, str] | None:
+    """The launch's callback as (address, signing secret): made for a new run, or the one of
+    the run an Idempotency-Key replays, which must have been launched with the same address (it
+    is part of the request's body). None without a callback."""
+    if created:
+        return (url, callback_subscribe(run=run, url=url, user=user)) if url else None
+    existing = Subscription.objects.filter(run_id=run.pk).first()
+    if (existing.url if existing else "") != url:
+        raise CallbackMismatch(
+            f"the idempotency key was already used for a launch with another callback_url "
+            f"(run {run.pk})"
+        )
+    return (url, subscription_secret(existing)) if existing else None
 
 
 def _lock(subscription_id: int) -> Subscription:
