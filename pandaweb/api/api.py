@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import Prefetch
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.urls import reverse
-from ninja import Header, NinjaAPI, Query, Router, Status
+from ninja import NinjaAPI, Query, Router, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
@@ -32,7 +32,7 @@ from approvals.models import ApprovalDecision, ApprovalRequest, Question
 from approvals.policy import approval_refusal
 from approvals.questions import QuestionRefused, question_answer
 from approvals.services import ApprovalRefused, approval_decide
-from pandaweb.api import problems, ratelimit
+from pandaweb.api import headers, problems, ratelimit
 from pandaweb.api.access import token_with_scope
 from pandaweb.api.jsonschema import parameters_schema
 from pandaweb.api.parsing import refuse_nul_characters
@@ -452,13 +452,7 @@ def _run_out(run: Run) -> RunOut:
 def launch(
     request: HttpRequest,
     payload: RunLaunchIn,
-    idempotency_key: str = Header(
-        "",
-        alias="Idempotency-Key",
-        max_length=100,
-        description="Retry safely: the same key and body return the same run (200); the same key "
-        "with another body is a 409.",
-    ),
+    idempotency_key: str = headers.idempotency_key("body", "the same run"),
 ) -> Status[RunLaunchedOut]:
     """Queue a run of the workflow's latest published version with typed, validated inputs (the
     same service as the launch form). 201 with the new run; 200 with the earlier run of the same

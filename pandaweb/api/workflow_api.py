@@ -13,8 +13,9 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest
 from django.urls import reverse
-from ninja import Header, Query, Router, Status
+from ninja import Query, Router, Status
 
+from pandaweb.api import headers
 from pandaweb.api.access import token_with_scope
 from pandaweb.api.problems import Problem, field_errors
 from pandaweb.api.schemas import (
@@ -340,13 +341,7 @@ def publish(
     request: HttpRequest,
     slug: str,
     payload: PublishIn,
-    idempotency_key: str = Header(
-        "",
-        alias="Idempotency-Key",
-        max_length=100,
-        description="Retry safely: the same key and message return the version published "
-        "(200); the same key with another message is a 409.",
-    ),
+    idempotency_key: str = headers.idempotency_key("message", "the version published"),
 ) -> Status[VersionSummary]:
     """Turn the draft into the next numbered version (201), as the editor's Publish button.
 
