@@ -72,6 +72,8 @@ class _Control:
     username: str
     channel: str
     state: str = "pending"
+    # The control session is being opened in the database: a release now is a hand-back.
+    opening: bool = False
     session_id: int | None = None
     files: Path | None = None
     inputs: list[dict[str, Any]] = field(default_factory=list)
@@ -446,7 +448,12 @@ class LiveFeed:
         if control is None or control.channel != channel or control.user_id != user_id:
             await self._refuse(channel, "you do not have control of this run")
             return
-        if action == "release" and control.state == "pending":
+        if action == "release" and control.opening:
+            # The session row exists or is about to: _open_control closes it when it sees this.
+            self._control = None
+            self._requested.clear()
+            await self._send_control(note=f"{control.username} let go before control began")
+        elif action == "release" and control.state == "pending":
             await self._withdraw(control)
         elif action == "release":
             await self._close_control(f"handed back by {control.username}")
@@ -465,6 +472,7 @@ class LiveFeed:
         if control is None:
             self._requested.clear()
             return None
+        control.opening = True
         try:
             session = await database_sync_to_async(control_open)(
                 run_id=self.run_id, user_id=control.user_id, step_index=index
@@ -475,10 +483,14 @@ class LiveFeed:
             await self._refuse(control.channel, str(exc))
             await self._send_control()
             return None
+        finally:
+            control.opening = False
         if self._control is not control:
-            # Withdrawn while the session opened: it ends before the person has the browser.
+            # Let go while the session opened: it ends before the person has the browser, and
+            # the trail says so (opened, then closed), not that a request was withdrawn.
             await database_sync_to_async(control_close)(
-                session_id=session.pk, reason=f"request withdrawn by {control.username}",
+                session_id=session.pk,
+                reason=f"{control.username} let go before control began",
                 inputs=[], navigated=False, typed=False, urls=[], frames=0,
             )  # fmt: skip
             return None

@@ -27,6 +27,7 @@ from sessions.engine.plan import HandBack
 from sessions.engine.screencast import BrowserTap, CdpError, Frame
 from sessions.events import run_feed_group, run_live_group
 from sessions.layer import layer_send, receive_group_on_this_loop
+from sessions import live
 from sessions.live import LiveFeed
 from sessions.models import ControlSession, Run
 from tests.factories import user_with_role
@@ -317,6 +318,30 @@ def test_a_request_withdrawn_before_control_begins_is_audited_and_the_runner_goe
     withdrawn = AuditEvent.objects.get(action="run.control_request_withdrawn")
     assert (withdrawn.actor_id, withdrawn.run_id) == (operator.pk, run.pk)
     assert run.events.filter(type="control_request_withdrawn").count() == 1
+
+
+def test_letting_go_while_the_control_session_opens_closes_it_and_withdraws_nothing(
+    held: tuple[Run, User, LiveFeed, Viewer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The release arrives while the session's row is written: the trail says the session
+    opened and closed before the person had the browser, never that a request was withdrawn."""
+    run, operator, feed, viewer = held
+    note = f"{operator.username} let go before control began"
+    opening = live.control_open
+
+    def open_then_let_go(**kwargs: Any) -> ControlSession:
+        session = opening(**kwargs)
+        viewer.request("release")
+        viewer.wait_for(lambda m: m["type"] == "live.control" and m["note"] == note)
+        return session
+
+    monkeypatch.setattr(live, "control_open", open_then_let_go)
+
+    assert feed.hold(2, lambda: None, time.time() + 120) is None
+    session = ControlSession.objects.get(run=run)
+    assert (session.closed_at is not None, session.close_reason) == (True, note)
+    assert not run.events.filter(type="control_request_withdrawn").exists()
+    assert AuditEvent.objects.filter(action="run.control_closed").count() == 1
 
 
 def test_the_feed_keeps_the_last_frame_a_viewer_saw_when_it_lets_go_of_the_browser(
