@@ -22,12 +22,12 @@ from pandaweb.audit.models import AuditEvent
 from pandaweb.core.roles import Role
 from pandaweb.demo_portal.lab import LAB_SUPPLIER
 from pandaweb.demo_portal.state import DEMO_PASSWORD, DEMO_USERNAME
+from sessions import live
 from sessions.engine.last_frame import LAST_FRAME, last_frame_at
 from sessions.engine.plan import HandBack
 from sessions.engine.screencast import BrowserTap, CdpError, Frame
 from sessions.events import run_feed_group, run_live_group
 from sessions.layer import layer_send, receive_group_on_this_loop
-from sessions import live
 from sessions.live import LiveFeed
 from sessions.models import ControlSession, Run
 from tests.factories import user_with_role
