@@ -85,15 +85,12 @@ def site(django_db_setup: None, live_server: LiveServer, settings: Settings, tmp
     return str(settings.PANDAWEB_BASE_URL)
 
 
-@pytest.fixture
-def authenticated_page(chromium: Browser) -> Iterator[Page]:
-    """A page with a platform authenticator that verifies its user on every use."""
-    context = chromium.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
+def with_authenticator(context: Any, page: Page) -> tuple[Any, str]:
+    """A platform authenticator on ``page`` that verifies its user on every use: its CDP
+    session and id."""
     cdp = context.new_cdp_session(page)
     cdp.send("WebAuthn.enable")
-    cdp.send(
+    added = cdp.send(
         "WebAuthn.addVirtualAuthenticator",
         {
             "options": {
@@ -106,6 +103,23 @@ def authenticated_page(chromium: Browser) -> Iterator[Page]:
             }
         },
     )
+    return cdp, added["authenticatorId"]
+
+
+def register_passkey(page: Page, site: str, name: str) -> None:
+    page.goto(f"{site}/profile/")
+    page.get_by_label("Name").fill(name)
+    page.get_by_role("button", name="Register a passkey").click()
+    page.get_by_text(f"{name} is registered.").wait_for()
+
+
+@pytest.fixture
+def authenticated_page(chromium: Browser) -> Iterator[Page]:
+    """A page with a platform authenticator that verifies its user on every use."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    with_authenticator(context, page)
     yield page
     context.close()
 
@@ -137,10 +151,7 @@ def test_a_reviewer_approves_with_a_passkey_and_no_other_assertion_counts(
     assert on_django(passkeys.passkey_required, first)  # 1,250.00 EUR is above 1000.00
 
     log_in(page, site, "rory")
-    page.goto(f"{site}/profile/")
-    page.get_by_label("Name").fill("Virtual key")
-    page.get_by_role("button", name="Register a passkey").click()
-    page.get_by_text("Virtual key is registered.").wait_for()
+    register_passkey(page, site, "Virtual key")
     passkey = on_django(Passkey.objects.get, user=rory)
     assert passkey.name == "Virtual key"
 
@@ -217,9 +228,7 @@ def test_it_refuses_an_assertion_replayed_by_another_reviewer(
     approval = on_django(open_request, operator, workflow, quorum=2)
 
     log_in(page, site, "rory")
-    page.goto(f"{site}/profile/")
-    page.get_by_role("button", name="Register a passkey").click()
-    page.get_by_text("is registered.").wait_for()
+    register_passkey(page, site, "Rory's key")
     page.goto(f"{site}/approvals/{approval.pk}/")
     assertion = page.evaluate(ASSERT_ONLY, f"/approvals/{approval.pk}/passkey/")
 
@@ -251,22 +260,8 @@ def phone(chromium: Browser) -> Iterator[tuple[Page, Any, str]]:
     )
     page = context.new_page()
     page.set_default_timeout(15_000)
-    cdp = context.new_cdp_session(page)
-    cdp.send("WebAuthn.enable")
-    added = cdp.send(
-        "WebAuthn.addVirtualAuthenticator",
-        {
-            "options": {
-                "protocol": "ctap2",
-                "transport": "internal",
-                "hasResidentKey": True,
-                "hasUserVerification": True,
-                "isUserVerified": True,
-                "automaticPresenceSimulation": True,
-            }
-        },
-    )
-    yield page, cdp, added["authenticatorId"]
+    cdp, authenticator = with_authenticator(context, page)
+    yield page, cdp, authenticator
     context.close()
 
 
@@ -299,10 +294,7 @@ def test_on_a_phone_every_tap_says_what_it_asks_and_how_it_ended(
     assert "the amount, 1,250.00 EUR, is above 1,000.00" in missing.inner_text()
     assert page.get_by_role("button", name="Approve with your passkey").count() == 0
 
-    page.goto(f"{site}/profile/")
-    page.get_by_label("Name").fill("Phone")
-    page.get_by_role("button", name="Register a passkey").click()
-    page.get_by_text("Phone is registered.").wait_for()
+    register_passkey(page, site, "Phone")
 
     # The bar fixed to the bottom of the first screen says what Approve asks for.
     page.goto(url)
@@ -343,10 +335,7 @@ def test_a_browser_without_passkeys_is_told_before_the_tap(
     on_django(user_with_role, Role.REVIEWERS, username="rory")
     approval = on_django(open_request, operator, workflow)
     log_in(page, site, "rory")
-    page.goto(f"{site}/profile/")
-    page.get_by_label("Name").fill("Phone")
-    page.get_by_role("button", name="Register a passkey").click()
-    page.get_by_text("Phone is registered.").wait_for()
+    register_passkey(page, site, "Phone")
 
     page.add_init_script("delete window.PublicKeyCredential")
     page.goto(f"{site}/approvals/{approval.pk}/")
