@@ -7,8 +7,6 @@ selector or service, render. Errors are RFC 9457 problem documents (``problems.p
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import mimetypes
 import re
@@ -32,9 +30,10 @@ from approvals.models import ApprovalDecision, ApprovalRequest, Question
 from approvals.policy import approval_refusal
 from approvals.questions import QuestionRefused, question_answer
 from approvals.services import ApprovalRefused, approval_decide
-from pandaweb.api import headers, problems, ratelimit
+from pandaweb.api import headers, problems, ratelimit, webhooks_api
 from pandaweb.api.access import token_with_scope
 from pandaweb.api.jsonschema import parameters_schema
+from pandaweb.api.paging import cursor_decode, cursor_encode
 from pandaweb.api.parsing import refuse_nul_characters
 from pandaweb.api.problems import Problem
 from pandaweb.api.schemas import (
@@ -509,20 +508,6 @@ def launch(
     return Status(201 if created else 200, launched)
 
 
-def _cursor(before_id: int) -> str:
-    return base64.urlsafe_b64encode(f"r{before_id}".encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> int:
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        if not text.startswith("r"):
-            raise ValueError(text)
-        return int(text[1:])
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise Problem(
-            422, "the request is not valid", errors=[{"field": "cursor", "message": "not a cursor"}]
-        ) from None
 
 
 def _pairs(values: list[str], field: str) -> tuple[tuple[str, Any], ...]:
@@ -565,12 +550,12 @@ def run_list(
         outputs=_pairs(output, "output"),
     )
     found = run_selectors.run_keyset(
-        filters, before_id=_decode_cursor(cursor) if cursor else None, limit=limit + 1
+        filters, before_id=cursor_decode(cursor) if cursor else None, limit=limit + 1
     )
     page = found[:limit]
     return RunPage(
         items=[RunSummary(**_summary(r)) for r in page],
-        next_cursor=_cursor(page[-1].pk) if len(found) > limit else None,
+        next_cursor=cursor_encode(page[-1].pk) if len(found) > limit else None,
     )
 
 
@@ -806,6 +791,7 @@ api.add_router("/questions", questions)
 api.add_router("/approvals", approvals)
 api.add_router("/audit", audit)
 api.add_router("/workflows", workflow_management)
+api.add_router("/webhooks", webhooks_api.router)
 
 
 def run_document(run_id: int) -> dict[str, Any]:

@@ -34,6 +34,9 @@ class Scope(StrEnum):
     # re-bake button lets whoever may launch do. Apart from ``runs:launch``: a bake types the
     # workflow's credentials into the portal.
     SESSION_TEMPLATES_BAKE = "session-templates:bake"
+    # Webhook subscriptions, their secrets and the delivery log: the webhooks pages' Admins' matter.
+    WEBHOOKS_READ = "webhooks:read"
+    WEBHOOKS_WRITE = "webhooks:write"
 
 
 SCOPE_CAPABILITY: dict[Scope, Capability] = {
@@ -49,6 +52,8 @@ SCOPE_CAPABILITY: dict[Scope, Capability] = {
     Scope.TOOLS_CALL: Capability.LAUNCH_RUNS,
     Scope.WORKFLOWS_WRITE: Capability.AUTHOR_WORKFLOWS,
     Scope.SESSION_TEMPLATES_BAKE: Capability.LAUNCH_RUNS,
+    Scope.WEBHOOKS_READ: Capability.VIEW_SYSTEM,
+    Scope.WEBHOOKS_WRITE: Capability.VIEW_SYSTEM,
 }
 
 SCOPE_LABELS: dict[Scope, str] = {
@@ -63,4 +68,7 @@ SCOPE_LABELS: dict[Scope, str] = {
     "the token's own runs (never decides approvals)",
     Scope.WORKFLOWS_WRITE: "Import workflow files, change workflow settings, publish versions",
     Scope.SESSION_TEMPLATES_BAKE: "Re-bake a workflow's session template (logs in to the portal)",
+    Scope.WEBHOOKS_READ: "Read webhook subscriptions and the delivery log",
+    Scope.WEBHOOKS_WRITE: "Make, change and delete webhook subscriptions, renew their secrets, "
+    "send a delivery again",
 }

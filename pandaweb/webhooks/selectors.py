@@ -30,3 +30,14 @@ def messages(*, subscription_id: int | None = None, status: str = "") -> QuerySe
     if status in Message.Status.values:
         found = found.filter(status=status)
     return found.order_by("-created_at", "-pk")
+
+
+def message_keyset(
+    *, subscription_id: int | None, status: str, before_id: int | None, limit: int
+) -> list[Message]:
+    """Up to ``limit`` messages, newest first, with ids below ``before_id``: keyset pagination on
+    the primary key, so a page never shifts while events are recorded."""
+    found = messages(subscription_id=subscription_id, status=status).order_by("-pk")
+    if before_id is not None:
+        found = found.filter(pk__lt=before_id)
+    return list(found[:limit])

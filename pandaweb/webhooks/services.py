@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 import requests
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -78,6 +80,10 @@ def subscription_secret(subscription: Subscription) -> str:
 # Subscriptions -----------------------------------------------------------------------------------
 
 
+# What the form's address field (a URLField) checks.
+_URL_FIELD_RULE = URLValidator(schemes=["http", "https"])
+
+
 def _url_problem(url: str) -> str:
     if not url.lower().startswith(("http://", "https://")):
         return "The address must start with http:// or https://."
@@ -87,13 +93,21 @@ def _url_problem(url: str) -> str:
 
 
 def _check(*, name: str, url: str, events: list[str]) -> tuple[str, str, list[str]]:
+    """The subscription form's rules, so that every adapter refuses what the form refuses."""
     errors: dict[str, list[str]] = {}
     name = name.strip()
     if not name:
         errors["name"] = ["Give the subscription a name."]
+    elif len(name) > 200:
+        errors["name"] = ["Use a name of at most 200 characters."]
     url = url.strip()
     if problem := _url_problem(url):
         errors["url"] = [problem]
+    else:
+        try:
+            _URL_FIELD_RULE(url)
+        except ValidationError:
+            errors["url"] = ["The address is not a valid URL."]
     known = {e.value for e in Event}
     chosen = [e for e in events if e in known]
     if not chosen or len(chosen) != len(events):
@@ -289,6 +303,26 @@ def subscription_set_active(
             },
         )
     return subscription
+
+
+def subscription_delete(*, subscription_id: int, user: User) -> None:
+    """Delete a subscription with its delivery log; the audit event keeps what it was.
+
+    Messages still pending are never sent. Not idempotent: a deleted subscription is gone
+    (``Subscription.DoesNotExist``).
+    """
+    with transaction.atomic():
+        subscription = _lock(subscription_id)
+        facts = _facts(subscription)
+        messages = subscription.messages.count()
+        subscription.delete()
+        audit_record(
+            action="webhook.subscription_deleted",
+            object_type="webhook_subscription",
+            object_id=subscription_id,
+            actor=user,
+            before={**facts, "messages": messages},
+        )
 
 
 def subscription_rotate_secret(*, subscription_id: int, user: User) -> str:
