@@ -30,7 +30,7 @@ from approvals.models import ApprovalDecision, ApprovalRequest, Question
 from approvals.policy import approval_refusal
 from approvals.questions import QuestionRefused, question_answer
 from approvals.services import ApprovalRefused, approval_decide
-from pandaweb.api import headers, problems, ratelimit, webhooks_api
+from pandaweb.api import headers, problems, ratelimit, tokens_api, webhooks_api
 from pandaweb.api.access import token_with_scope
 from pandaweb.api.jsonschema import parameters_schema
 from pandaweb.api.paging import cursor_decode, cursor_encode
@@ -792,6 +792,8 @@ api.add_router("/approvals", approvals)
 api.add_router("/audit", audit)
 api.add_router("/workflows", workflow_management)
 api.add_router("/webhooks", webhooks_api.router)
+api.add_router("/tokens", tokens_api.tokens)
+api.add_router("/service-accounts", tokens_api.service_accounts)
 
 
 def run_document(run_id: int) -> dict[str, Any]:

@@ -37,9 +37,14 @@ class Scope(StrEnum):
     # Webhook subscriptions, their secrets and the delivery log: the webhooks pages' Admins' matter.
     WEBHOOKS_READ = "webhooks:read"
     WEBHOOKS_WRITE = "webhooks:write"
+    # The owner's own tokens (and, for admins, service accounts and theirs): what the token pages
+    # let anyone signed in do. A token never makes one with a scope it lacks itself.
+    TOKENS_READ = "tokens:read"
+    TOKENS_WRITE = "tokens:write"
 
 
-SCOPE_CAPABILITY: dict[Scope, Capability] = {
+# None: no capability is needed, only an active owner (the token pages are every person's).
+SCOPE_CAPABILITY: dict[Scope, Capability | None] = {
     Scope.WORKFLOWS_READ: Capability.VIEW_WORKFLOWS,
     Scope.RUNS_READ: Capability.VIEW_RUNS,
     Scope.RUNS_LAUNCH: Capability.LAUNCH_RUNS,
@@ -54,6 +59,8 @@ SCOPE_CAPABILITY: dict[Scope, Capability] = {
     Scope.SESSION_TEMPLATES_BAKE: Capability.LAUNCH_RUNS,
     Scope.WEBHOOKS_READ: Capability.VIEW_SYSTEM,
     Scope.WEBHOOKS_WRITE: Capability.VIEW_SYSTEM,
+    Scope.TOKENS_READ: None,
+    Scope.TOKENS_WRITE: None,
 }
 
 SCOPE_LABELS: dict[Scope, str] = {
@@ -71,4 +78,7 @@ SCOPE_LABELS: dict[Scope, str] = {
     Scope.WEBHOOKS_READ: "Read webhook subscriptions and the delivery log",
     Scope.WEBHOOKS_WRITE: "Make, change and delete webhook subscriptions, renew their secrets, "
     "send a delivery again",
+    Scope.TOKENS_READ: "List your API tokens (admins: service accounts and their tokens)",
+    Scope.TOKENS_WRITE: "Make and revoke your API tokens, never with a scope this token lacks "
+    "(admins: service accounts and their tokens)",
 }

@@ -50,6 +50,7 @@ class TokenContext:
     user: User
     scopes: frozenset[Scope]  # as granted on the token
     effective: frozenset[Scope]  # granted and within the owner's role today
+    expires_at: datetime | None = None
 
     def allows(self, scope: Scope) -> bool:
         return scope in self.effective
@@ -63,9 +64,14 @@ def hash_secret(raw: str) -> str:
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
+def _role_allows(user: User, scope: Scope) -> bool:
+    capability = SCOPE_CAPABILITY[scope]
+    return user.is_active if capability is None else user_can(user, capability)
+
+
 def effective_scopes(user: User, scopes: Iterable[str]) -> frozenset[Scope]:
     granted = {Scope(s) for s in scopes if s in Scope._value2member_map_}
-    return frozenset(s for s in granted if user_can(user, SCOPE_CAPABILITY[s]))
+    return frozenset(s for s in granted if _role_allows(user, s))
 
 
 def _capabilities(user: User) -> frozenset[str]:
@@ -117,15 +123,22 @@ def token_authenticate(raw: str) -> TokenContext | None:
         kind=token.kind,
         user=token.user,
         scopes=scopes,
-        effective=frozenset(s for s in scopes if SCOPE_CAPABILITY[s].value in held),
+        effective=frozenset(s for s in scopes if _held(SCOPE_CAPABILITY[s], held)),
+        expires_at=token.expires_at,
     )
+
+
+def _held(capability: Capability | None, held: frozenset[str]) -> bool:
+    # Only active owners get this far (token_authenticate), and they hold what needs nothing.
+    return capability is None or capability.value in held
 
 
 def _new_secret() -> str:
     return PREFIX + secrets.token_urlsafe(_SECRET_BYTES)
 
 
-def _may_manage_service_tokens(user: User) -> bool:
+def may_manage_service_accounts(user: User) -> bool:
+    """Admins make service accounts and their tokens, and revoke anyone's tokens."""
     return user.is_superuser or user.groups.filter(name=Role.ADMINS.value).exists()
 
 
@@ -136,11 +149,14 @@ def token_create(
     name: str,
     scopes: Iterable[str],
     expires_at: datetime | None,
+    via: TokenContext | None = None,
 ) -> tuple[ApiToken, str]:
     """Make a token for ``owner`` and return it with its secret (shown once, stored hashed).
 
     A person makes personal tokens for themself; only admins make tokens for a service account.
-    Scopes beyond the owner's role are refused here (they would grant nothing). Not idempotent.
+    Scopes beyond the owner's role are refused here (they would grant nothing). Made ``via`` a
+    token (the API), it gets no scope that token may not use and expires no later: a token
+    never mints a stronger one. Not idempotent.
     """
     name = name.strip()
     errors: dict[str, list[str]] = {}
@@ -153,16 +169,31 @@ def token_create(
     elif not wanted:
         errors.setdefault("scopes", []).append("Choose at least one scope.")
     else:
-        beyond = [s for s in wanted if not user_can(owner, SCOPE_CAPABILITY[Scope(s)])]
+        beyond = [s for s in wanted if not _role_allows(owner, Scope(s))]
         if beyond:
             errors.setdefault("scopes", []).append(
                 f"{owner.get_username()}'s role does not allow: {', '.join(beyond)}."
             )
+        stronger = [s for s in wanted if via is not None and Scope(s) not in via.effective]
+        if stronger:
+            errors.setdefault("scopes", []).append(
+                f"The token making it may not use: {', '.join(stronger)}; a token never makes "
+                "one with more power than its own."
+            )
     if expires_at is not None and expires_at <= timezone.now():
         errors.setdefault("expires_at", []).append("The expiry must be in the future.")
+    elif (
+        via is not None
+        and via.expires_at is not None
+        and (expires_at is None or expires_at > via.expires_at)
+    ):
+        errors.setdefault("expires_at", []).append(
+            f"The token making it expires at {via.expires_at.isoformat()}; this one must "
+            "expire by then too."
+        )
     service = ServiceAccount.objects.filter(user=owner).exists()
     if service:
-        if not _may_manage_service_tokens(actor):
+        if not may_manage_service_accounts(actor):
             raise PermissionDenied("only admins make tokens for service accounts")
     elif actor.pk != owner.pk:
         raise PermissionDenied("a personal token is made by its owner")
@@ -210,7 +241,7 @@ def token_revoke(*, token_id: int, actor: User) -> ApiToken:
     """
     with transaction.atomic():
         token = ApiToken.objects.select_for_update().select_related("user").get(pk=token_id)
-        if token.user_id != actor.pk and not _may_manage_service_tokens(actor):
+        if token.user_id != actor.pk and not may_manage_service_accounts(actor):
             raise PermissionDenied("this is not your token")
         if token.revoked_at is not None:
             return token
@@ -234,7 +265,7 @@ def service_account_create(
 
     Not idempotent: a taken username is refused.
     """
-    if not _may_manage_service_tokens(actor):
+    if not may_manage_service_accounts(actor):
         raise PermissionDenied("only admins make service accounts")
     username = username.strip()
     wanted = sorted(set(roles))
