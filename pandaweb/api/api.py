@@ -30,7 +30,7 @@ from approvals.models import ApprovalDecision, ApprovalRequest, Question
 from approvals.policy import approval_refusal
 from approvals.questions import QuestionRefused, question_answer
 from approvals.services import ApprovalRefused, approval_decide
-from pandaweb.api import headers, problems, ratelimit, tokens_api, webhooks_api
+from pandaweb.api import headers, problems, ratelimit, system_api, tokens_api, webhooks_api
 from pandaweb.api.access import token_with_scope
 from pandaweb.api.jsonschema import parameters_schema
 from pandaweb.api.paging import cursor_decode, cursor_encode
@@ -794,6 +794,7 @@ api.add_router("/workflows", workflow_management)
 api.add_router("/webhooks", webhooks_api.router)
 api.add_router("/tokens", tokens_api.tokens)
 api.add_router("/service-accounts", tokens_api.service_accounts)
+api.add_router("/system", system_api.router)
 
 
 def run_document(run_id: int) -> dict[str, Any]:

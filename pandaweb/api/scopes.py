@@ -41,6 +41,8 @@ class Scope(StrEnum):
     # let anyone signed in do. A token never makes one with a scope it lacks itself.
     TOKENS_READ = "tokens:read"
     TOKENS_WRITE = "tokens:write"
+    # Database, channel layer, workers and queue depth: the system page.
+    SYSTEM_READ = "system:read"
 
 
 # None: no capability is needed, only an active owner (the token pages are every person's).
@@ -61,6 +63,7 @@ SCOPE_CAPABILITY: dict[Scope, Capability | None] = {
     Scope.WEBHOOKS_WRITE: Capability.VIEW_SYSTEM,
     Scope.TOKENS_READ: None,
     Scope.TOKENS_WRITE: None,
+    Scope.SYSTEM_READ: Capability.VIEW_SYSTEM,
 }
 
 SCOPE_LABELS: dict[Scope, str] = {
@@ -81,4 +84,5 @@ SCOPE_LABELS: dict[Scope, str] = {
     Scope.TOKENS_READ: "List your API tokens (admins: service accounts and their tokens)",
     Scope.TOKENS_WRITE: "Make and revoke your API tokens, never with a scope this token lacks "
     "(admins: service accounts and their tokens)",
+    Scope.SYSTEM_READ: "Read the system's health: database, channel layer, workers, queues",
 }

@@ -14,6 +14,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
 from django.utils import timezone
 
+from pandaweb.core.dispatch import dispatch, task_named
 from pandaweb.core.models import Capability as CapabilityHolder
 from pandaweb.core.models import WorkerHeartbeat
 from pandaweb.core.roles import CAPABILITY_LABELS, DEMO_USERS, ROLE_CAPABILITIES, Role
@@ -97,3 +98,13 @@ def heartbeat_record(*, mode: WorkerHeartbeat.Mode, worker: str, nonce: str) -> 
 
 def thread_worker_name() -> str:
     return f"threads@{socket.gethostname()}:{os.getpid()}"
+
+
+def workers_ping() -> str:
+    """Ask every worker to answer with a heartbeat carrying a new nonce, and return the nonce.
+
+    Queued on commit (at once outside a transaction). Not idempotent: each call is a new ping.
+    """
+    nonce = secrets.token_hex(8)
+    dispatch(task_named("core.worker_ping"), nonce=nonce)
+    return nonce

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from django.contrib import messages
@@ -9,12 +8,11 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.selectors import questions_for
-from pandaweb.core.dispatch import dispatch
 from pandaweb.core.http import HtmxHttpRequest
 from pandaweb.core.permissions import capability_required, user_can
 from pandaweb.core.roles import Capability
 from pandaweb.core.selectors import deployment_summary, heartbeat_list
-from pandaweb.core.tasks import worker_ping
+from pandaweb.core.services import workers_ping
 from sessions import console, retention
 
 
@@ -55,7 +53,6 @@ def system(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 @capability_required(Capability.VIEW_SYSTEM)
 def system_ping(request: HttpRequest) -> HttpResponse:
-    nonce = secrets.token_hex(8)
-    dispatch(worker_ping, nonce=nonce)
+    nonce = workers_ping()
     messages.info(request, f"Ping {nonce} sent to the workers; answers appear below.")
     return redirect("system")
