@@ -177,6 +177,11 @@ def test_every_shell_example_runs_as_written(stack: Stack, tmp_path: Path) -> No
             "api_token", "rory.reviewer", "--name", "docs",
             "--scope", "approvals:read", "--scope", "approvals:decide",
         ).strip(),
+        "ADMIN_TOKEN": stack.manage(
+            "api_token", "ada.admin", "--name", "docs",
+            "--scope", "webhooks:read", "--scope", "tokens:read", "--scope", "tokens:write",
+            "--scope", "system:read",
+        ).strip(),
     }  # fmt: skip
     readers: dict[Path, Reader] = {}
     ran = 0
