@@ -291,6 +291,8 @@ INSTALLED_APPS = [
     "pandaweb.assist",
     # Serves its docs page's scripts and styles from our own static files (no CDN).
     "ninja",
+    # The OAuth 2.0 authorization server of machine identities (client credentials only).
+    "oauth2_provider",
     "pandaweb.api",
     "pandaweb.reviewers",
 ]
@@ -502,6 +504,19 @@ CONTROL_LOST_SECONDS = env_int("PANDAWEB_CONTROL_LOST_SECONDS", 20, minimum=1)
 RUN_REDISPATCH_AFTER_SECONDS = env_int("PANDAWEB_RUN_REDISPATCH_AFTER", 45, minimum=1)
 # Requests per minute each API token may make (sliding window; in Redis when REDIS_URL is set).
 API_RATE_LIMIT_PER_MINUTE = env_int("PANDAWEB_API_RATE_LIMIT", 600, minimum=1)
+# Machine identities (docs/api.md): OAuth 2.0 client credentials at /oauth/token/. Access tokens
+# are short-lived, so a leaked one is worth minutes; the client asks again with its secret.
+OAUTH_ACCESS_TOKEN_SECONDS = env_int("PANDAWEB_OAUTH_ACCESS_TOKEN_SECONDS", 600, minimum=60)
+# The library's own application model, named so migrations can depend on it (it is swappable).
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
+OAUTH2_PROVIDER = {
+    "ACCESS_TOKEN_EXPIRE_SECONDS": OAUTH_ACCESS_TOKEN_SECONDS,
+    "ACCESS_TOKEN_GENERATOR": "pandaweb.api.oauth.access_token_new",
+    "OAUTH2_VALIDATOR_CLASS": "pandaweb.api.oauth.ClientCredentialsValidator",
+    "SCOPES_BACKEND_CLASS": "pandaweb.api.oauth.ClientScopes",
+    # Only the SHA-256 of an access token is stored, as for API tokens (RFC 9700, 4.14).
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+}
 # Run files (screenshots, observations, downloads) of runs that ended more than this many days ago
 # are deleted by housekeeping; 0 keeps them forever. Database rows, their hashes and the audit
 # trail are never pruned.

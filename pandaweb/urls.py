@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from oauth2_provider import views as oauth_views
 
 from approvals.views import reviewer_profile
 from pandaweb.api.urls import api_urls
@@ -18,6 +19,9 @@ urlpatterns = [
     path("", include("pandaweb.schedules.urls")),
     path("api/v1/", api_urls()),
     path("account/", include("pandaweb.api.urls")),
+    # Machine identities get access tokens here (client credentials grant; docs/api.md). Only
+    # the token endpoint: no sign-in page, no other grant.
+    path("oauth/token/", oauth_views.TokenView.as_view(), name="oauth_token"),
     path("profile/", reviewer_profile, name="profile"),
     path("profile/", include("pandaweb.reviewers.urls")),
     path("integrations/slack/", include("approvals.slack_urls")),

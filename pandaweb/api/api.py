@@ -56,7 +56,7 @@ from pandaweb.api.schemas import (
     WorkflowVersionOut,
 )
 from pandaweb.api.scopes import Scope
-from pandaweb.api.services import TokenContext, token_authenticate
+from pandaweb.api.services import BEARER_NEEDED, TokenContext, token_authenticate, token_refusal
 from pandaweb.api.workflow_api import router as workflow_management
 from pandaweb.audit import selectors as audit_selectors
 from pandaweb.audit.bundles import run_bundle_to_file
@@ -91,17 +91,21 @@ MAX_PAGE = 200
 
 
 class TokenAuth(HttpBearer):
-    """``Authorization: Bearer pw_…``; then the token's rate limit."""
+    """``Authorization: Bearer pw_…`` or an OAuth client's ``pwo_…``; then the rate limit of the
+    token or the client."""
 
-    openapi_description = "A pandaweb API token (pw_…), made on your profile's token page."
+    openapi_description = (
+        "A pandaweb API token (pw_…), made on your profile's token page, or an OAuth client's "
+        "access token (pwo_…) from /oauth/token/ (client credentials grant)."
+    )
 
     def authenticate(self, request: HttpRequest, token: str) -> TokenContext | None:
         context = token_authenticate(token)
         if context is None:
-            return None
+            raise _unauthenticated_problem(token_refusal(token))
         verdict = ratelimit.check(
             ratelimit.default_counter(),
-            f"token:{context.token_id}",
+            context.principal,
             limit=settings.API_RATE_LIMIT_PER_MINUTE,
         )
         if not verdict.allowed:
@@ -127,7 +131,8 @@ api = NinjaAPI(
     description=(
         "Launch and follow runs, manage workflows, answer the questions runs ask, decide "
         "approvals and export the "
-        "audit trail. Every request carries a token: `Authorization: Bearer pw_…`, with the scope "
+        "audit trail. Every request carries a token: `Authorization: Bearer pw_…` (an API token) "
+        "or `Bearer pwo_…` (an OAuth client's access token from /oauth/token/), with the scope "
         "each operation names. Errors are RFC 9457 problem documents."
     ),
     auth=TokenAuth(),
@@ -146,16 +151,13 @@ def _problem(request: HttpRequest, exc: Problem) -> HttpResponse:
     return problems.render(request, exc)
 
 
+def _unauthenticated_problem(detail: str) -> Problem:
+    return Problem(401, detail, headers={"WWW-Authenticate": 'Bearer realm="pandaweb"'})
+
+
 @api.exception_handler(AuthenticationError)
 def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return problems.render(
-        request,
-        Problem(
-            401,
-            "a valid API token is needed: Authorization: Bearer pw_…",
-            headers={"WWW-Authenticate": 'Bearer realm="pandaweb"'},
-        ),
-    )
+    return problems.render(request, _unauthenticated_problem(BEARER_NEEDED))
 
 
 @api.exception_handler(ValidationError)
@@ -506,8 +508,6 @@ def launch(
         callback=CallbackOut(url=callback[0], secret=callback[1]) if callback else None,
     )
     return Status(201 if created else 200, launched)
-
-
 
 
 def _pairs(values: list[str], field: str) -> tuple[tuple[str, Any], ...]:

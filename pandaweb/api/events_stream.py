@@ -32,7 +32,7 @@ from approvals.models import ApprovalRequest, Question
 from pandaweb.api import problems, ratelimit
 from pandaweb.api.problems import Problem
 from pandaweb.api.scopes import Scope
-from pandaweb.api.services import TokenContext, token_authenticate
+from pandaweb.api.services import BEARER_NEEDED, TokenContext, token_authenticate, token_refusal
 from pandaweb.core.consumers import read_only
 from sessions.models import Run, RunEvent
 from workflows.models import Workflow
@@ -199,23 +199,24 @@ def _workflow_ids(slugs: set[str]) -> dict[str, int]:
     return dict(Workflow.objects.filter(slug__in=slugs).values_list("slug", "pk"))
 
 
-# Streams open in this server process, by token.
-_open_streams: Counter[int] = Counter()
+# Streams open in this server process, by token (an OAuth client's access tokens count as one).
+_open_streams: Counter[str] = Counter()
 
 
-async def _counted(token_id: int, body: AsyncIterator[str]) -> AsyncIterator[str]:
+async def _counted(principal: str, body: AsyncIterator[str]) -> AsyncIterator[str]:
     """``body``, counted among the token's open streams until it ends or the client leaves."""
-    _open_streams[token_id] += 1
+    _open_streams[principal] += 1
     try:
         async for chunk in body:
             yield chunk
     finally:
-        _open_streams[token_id] -= 1
-        if not _open_streams[token_id]:
-            del _open_streams[token_id]
+        _open_streams[principal] -= 1
+        if not _open_streams[principal]:
+            del _open_streams[principal]
 
 
 _authenticate_async = read_only(token_authenticate)
+_refusal_async = read_only(token_refusal)
 _events_read_async = read_only(events_read)
 _latest_id_async = read_only(_latest_id)
 _workflow_ids_async = read_only(_workflow_ids)
@@ -299,17 +300,14 @@ async def events_response(request: HttpRequest) -> HttpResponse | StreamingHttpR
     raw_token = _bearer(request)
     context = await _authenticate_async(raw_token) if raw_token else None
     if context is None:
+        detail = await _refusal_async(raw_token) if raw_token else BEARER_NEEDED
         return problems.render(
             request,
-            Problem(
-                401,
-                "a valid API token is needed: Authorization: Bearer pw_…",
-                headers={"WWW-Authenticate": 'Bearer realm="pandaweb"'},
-            ),
+            Problem(401, detail, headers={"WWW-Authenticate": 'Bearer realm="pandaweb"'}),
         )
     verdict = ratelimit.check(
         ratelimit.default_counter(),
-        f"token:{context.token_id}",
+        context.principal,
         limit=settings.API_RATE_LIMIT_PER_MINUTE,
     )
     if not verdict.allowed:
@@ -322,7 +320,7 @@ async def events_response(request: HttpRequest) -> HttpResponse | StreamingHttpR
                 headers={"Retry-After": str(verdict.retry_after)},
             ),
         )
-    if _open_streams[context.token_id] >= STREAMS_PER_TOKEN:
+    if _open_streams[context.principal] >= STREAMS_PER_TOKEN:
         return problems.render(
             request,
             Problem(
@@ -347,7 +345,7 @@ async def events_response(request: HttpRequest) -> HttpResponse | StreamingHttpR
         # A new subscriber hears what happens from now on; a resuming one, everything it missed.
         after = await _latest_id_async()
     response = StreamingHttpResponse(
-        _counted(context.token_id, stream(raw_token=raw_token, after=after, flt=flt)),
+        _counted(context.principal, stream(raw_token=raw_token, after=after, flt=flt)),
         content_type="text/event-stream",
     )
     response["Cache-Control"] = "no-cache"

@@ -21,7 +21,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from pandaweb.api.mcp_server import build_server
-from pandaweb.api.services import token_authenticate
+from pandaweb.api.services import BEARER_NEEDED, token_authenticate, token_refusal
 from pandaweb.core.database import BUSY, RETRY_AFTER_SECONDS
 
 PATH = "/mcp"
@@ -91,25 +91,24 @@ class McpEndpoint:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         raw = _bearer(headers)
+        refusal = BEARER_NEEDED
         try:
             token = await database_sync_to_async(token_authenticate)(raw) if raw else None
+            if token is None and raw:
+                refusal = await database_sync_to_async(token_refusal)(raw)
         except OperationalError:
             # As the dashboard's own requests (pandaweb/core/database.py): no free connection,
             # or none the server would give, is a 503 to retry, not a 500.
             await _answer(send, 503, BUSY, [(b"retry-after", str(RETRY_AFTER_SECONDS).encode())])
             return
         if token is None:
-            await _answer(
-                send,
-                401,
-                "an API token is required: Authorization: Bearer pw_…",
-                [(b"www-authenticate", b'Bearer realm="pandaweb"')],
-            )
+            await _answer(send, 401, refusal, [(b"www-authenticate", b'Bearer realm="pandaweb"')])
             return
-        # The SDK binds a session to the credential that opened it: one token, one session.
+        # The SDK binds a session to the credential that opened it: an API token, or an OAuth
+        # client, whose next access token (they last minutes) goes on with the same session.
         principal = AccessToken(
-            token=f"pandaweb-token-{token.token_id}",
-            client_id=f"pandaweb-token-{token.token_id}",
+            token=f"pandaweb-{token.principal}",
+            client_id=f"pandaweb-{token.principal}",
             scopes=sorted(s.value for s in token.effective),
         )
         scope = {**scope, "user": AuthenticatedUser(principal)}

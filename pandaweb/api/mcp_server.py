@@ -390,10 +390,11 @@ def _error(message: str) -> types.CallToolResult:
 
 
 async def _count_call(token: TokenContext) -> None:
-    """Count a call against the token's rate limit; refuse it past the limit."""
+    """Count a call against the rate limit of the token (or its OAuth client); refuse it past
+    the limit."""
     verdict = await database_sync_to_async(ratelimit.check)(
         ratelimit.default_counter(),
-        f"token:{token.token_id}",
+        token.principal,
         limit=settings.API_RATE_LIMIT_PER_MINUTE,
     )
     if not verdict.allowed:

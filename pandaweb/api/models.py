@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from oauth2_provider.settings import oauth2_settings
 
 
 class ServiceAccount(models.Model):
@@ -69,6 +70,39 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+
+class OAuthClient(models.Model):
+    """A machine identity that gets short-lived access tokens with the OAuth 2.0 client
+    credentials grant (``/oauth/token/``), alongside ``ApiToken``.
+
+    The django-oauth-toolkit application holds the client id, the hashed secret and the owner
+    (``application.user``); this row holds what the library has no field for: the scopes the
+    client may ask for (bounded by the owner's role, as a token's are) and its revocation.
+    """
+
+    application = models.OneToOneField(
+        oauth2_settings.APPLICATION_MODEL, on_delete=models.PROTECT, related_name="pandaweb_client"
+    )
+    scopes = models.JSONField(default=list)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", null=True, blank=True
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"OAuth client {self.application.name}"
 
     @property
     def is_revoked(self) -> bool:

@@ -1,8 +1,9 @@
-"""API tokens: making, revoking and authenticating them; service accounts.
+"""API tokens and OAuth clients: making, revoking and authenticating them; service accounts.
 
 ``token_authenticate`` is the one door for every token-authenticated adapter (the HTTP API, the
-MCP server): it checks the secret, expiry, revocation and the owner, and returns what the token may
-do now, bounded by the owner's role.
+event stream, the MCP server): it takes either kind of bearer token (an API token, or an access
+token an OAuth client got at ``/oauth/token/``), checks the secret, expiry, revocation and the
+owner, and returns what the token may do now, bounded by the owner's role.
 """
 
 from __future__ import annotations
@@ -12,20 +13,26 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.contrib.auth.models import Group, Permission, User
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
+from oauth2_provider.generators import generate_client_secret
+from oauth2_provider.models import get_access_token_model, get_application_model
 
-from pandaweb.api.models import ApiToken, ServiceAccount
+from pandaweb.api.models import ApiToken, OAuthClient, ServiceAccount
 from pandaweb.api.scopes import SCOPE_CAPABILITY, Scope
 from pandaweb.audit.services import audit_record
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability, Role
 
 PREFIX = "pw_"
+# Access tokens of OAuth clients (pandaweb/api/oauth.py makes them).
+OAUTH_PREFIX = "pwo_"
+_MAX_BEARER_CHARS = 200
 # 32 random bytes: guessing is hopeless, so a fast hash (SHA-256) is the right one to store; a
 # slow password hash would only make every request slower.
 _SECRET_BYTES = 32
@@ -50,6 +57,10 @@ class TokenContext:
     user: User
     scopes: frozenset[Scope]  # as granted on the token
     effective: frozenset[Scope]  # granted and within the owner's role today
+    # Whom rate limits count and MCP sessions belong to: the API token, or the OAuth client
+    # (whose access tokens are replaced every few minutes).
+    principal: str
+    client_id: str = ""  # an OAuth client's; empty for an API token
     expires_at: datetime | None = None
 
     def allows(self, scope: Scope) -> bool:
@@ -57,7 +68,15 @@ class TokenContext:
 
     @property
     def audit_label(self) -> dict[str, object]:
-        return {"channel": "api", "id": self.token_id, "name": self.name, "kind": self.kind}
+        label: dict[str, object] = {
+            "channel": "api",
+            "id": self.token_id,
+            "name": self.name,
+            "kind": self.kind,
+        }
+        if self.client_id:
+            label["client_id"] = self.client_id
+        return label
 
 
 def hash_secret(raw: str) -> str:
@@ -92,14 +111,50 @@ def _capabilities(user: User) -> frozenset[str]:
 
 
 def token_authenticate(raw: str) -> TokenContext | None:
-    """The token whose secret is ``raw``, or None when it is unknown, revoked, expired or its owner
-    is inactive (the caller answers all of these alike: 401).
+    """The bearer token ``raw`` (an API token or an OAuth access token), or None when it is
+    unknown, revoked, expired or its owner is inactive (the caller answers all of these with 401,
+    in the words of ``token_refusal``).
 
-    Costs one query for the token and its owner, one for the owner's permissions, and at most one
-    write a minute for ``last_used_at``. Idempotent apart from that timestamp.
+    Costs one query for the token and its owner, one for the owner's permissions, and for an API
+    token at most one write a minute for ``last_used_at``. Idempotent apart from that timestamp.
     """
-    if not raw.startswith(PREFIX) or len(raw) > 200:
+    if len(raw) > _MAX_BEARER_CHARS:
         return None
+    if raw.startswith(OAUTH_PREFIX):
+        return _access_token_authenticate(raw)
+    if raw.startswith(PREFIX):
+        return _api_token_authenticate(raw)
+    return None
+
+
+def _context(
+    *,
+    token_id: int,
+    name: str,
+    kind: str,
+    user: User,
+    granted: Iterable[str],
+    principal: str,
+    client_id: str = "",
+    expires_at: datetime | None = None,
+) -> TokenContext:
+    """What a token may do now: its grant, narrowed to what the owner's role allows today."""
+    scopes = frozenset(Scope(s) for s in granted if s in Scope._value2member_map_)
+    held = _capabilities(user)
+    return TokenContext(
+        token_id=token_id,
+        name=name,
+        kind=kind,
+        user=user,
+        scopes=scopes,
+        effective=frozenset(s for s in scopes if _held(SCOPE_CAPABILITY[s], held)),
+        principal=principal,
+        client_id=client_id,
+        expires_at=expires_at,
+    )
+
+
+def _api_token_authenticate(raw: str) -> TokenContext | None:
     token = (
         ApiToken.objects.select_related("user")
         .filter(secret_sha256=hash_secret(raw), revoked_at__isnull=True)
@@ -115,15 +170,13 @@ def token_authenticate(raw: str) -> TokenContext | None:
         ApiToken.objects.filter(pk=token.pk, last_used_at=token.last_used_at).update(
             last_used_at=now
         )
-    scopes = frozenset(Scope(s) for s in token.scopes if s in Scope._value2member_map_)
-    held = _capabilities(token.user)
-    return TokenContext(
+    return _context(
         token_id=token.pk,
         name=token.name,
         kind=token.kind,
         user=token.user,
-        scopes=scopes,
-        effective=frozenset(s for s in scopes if _held(SCOPE_CAPABILITY[s], held)),
+        granted=token.scopes,
+        principal=f"token:{token.pk}",
         expires_at=token.expires_at,
     )
 
@@ -133,6 +186,68 @@ def _held(capability: Capability | None, held: frozenset[str]) -> bool:
     return capability is None or capability.value in held
 
 
+def _access_token_find(raw: str) -> Any:
+    """The stored access token whose secret is ``raw`` (only its SHA-256 is kept), with its
+    client and owner, or None."""
+    return (
+        get_access_token_model()
+        .objects.select_related("application__user", "application__pandaweb_client")
+        .filter(token_checksum=hash_secret(raw))
+        .first()
+    )
+
+
+def _access_token_authenticate(raw: str) -> TokenContext | None:
+    access = _access_token_find(raw)
+    if access is None or access.is_expired():
+        return None
+    application = access.application
+    client: OAuthClient | None = getattr(application, "pandaweb_client", None)
+    if client is None or client.is_revoked or not application.user.is_active:
+        return None
+    return _context(
+        token_id=access.pk,
+        name=application.name,
+        kind="oauth",
+        user=application.user,
+        granted=access.scope.split(),
+        principal=f"oauth-client:{client.pk}",
+        client_id=application.client_id,
+        expires_at=access.expires,
+    )
+
+
+BEARER_NEEDED = (
+    "a valid API token is needed: Authorization: Bearer pw_… (an API token) or "
+    "Bearer pwo_… (an access token from /oauth/token/)"
+)
+
+
+def token_refusal(raw: str) -> str:
+    """Why ``token_authenticate`` refused ``raw``, in words for the 401 problem. An OAuth
+    client's access token is told apart (expired: ask for a new one; client revoked); an API
+    token is not, as before: whoever holds a guessed or stolen one learns nothing. Read-only."""
+    if not raw.startswith(OAUTH_PREFIX) or len(raw) > _MAX_BEARER_CHARS:
+        return BEARER_NEEDED
+    access = _access_token_find(raw)
+    if access is None:
+        return (
+            "this access token is unknown (expired ones are forgotten); "
+            "ask /oauth/token/ for a new one"
+        )
+    client: OAuthClient | None = getattr(access.application, "pandaweb_client", None)
+    if client is None or client.is_revoked:
+        return "this access token's OAuth client was revoked"
+    if not access.application.user.is_active:
+        return "this access token's owner is deactivated"
+    if access.is_expired():
+        return (
+            f"this access token expired at {access.expires.isoformat(timespec='seconds')}; "
+            "ask /oauth/token/ for a new one"
+        )
+    return BEARER_NEEDED
+
+
 def _new_secret() -> str:
     return PREFIX + secrets.token_urlsafe(_SECRET_BYTES)
 
@@ -140,6 +255,30 @@ def _new_secret() -> str:
 def may_manage_service_accounts(user: User) -> bool:
     """Admins make service accounts and their tokens, and revoke anyone's tokens."""
     return user.is_superuser or user.groups.filter(name=Role.ADMINS.value).exists()
+
+
+def _check_scopes(
+    owner: User, wanted: list[str], errors: dict[str, list[str]], via: TokenContext | None = None
+) -> None:
+    """Known scopes, at least one, none beyond the owner's role (it would grant nothing), and
+    none the token making it (``via``) may not use."""
+    unknown = [s for s in wanted if s not in Scope._value2member_map_]
+    if unknown:
+        errors.setdefault("scopes", []).append(f"Unknown scopes: {', '.join(unknown)}.")
+    elif not wanted:
+        errors.setdefault("scopes", []).append("Choose at least one scope.")
+    else:
+        beyond = [s for s in wanted if not _role_allows(owner, Scope(s))]
+        if beyond:
+            errors.setdefault("scopes", []).append(
+                f"{owner.get_username()}'s role does not allow: {', '.join(beyond)}."
+            )
+        stronger = [s for s in wanted if via is not None and Scope(s) not in via.effective]
+        if stronger:
+            errors.setdefault("scopes", []).append(
+                f"The token making it may not use: {', '.join(stronger)}; a token never makes "
+                "one with more power than its own."
+            )
 
 
 def token_create(
@@ -163,23 +302,7 @@ def token_create(
     if not name:
         errors.setdefault("name", []).append("Give the token a name.")
     wanted = sorted(set(scopes))
-    unknown = [s for s in wanted if s not in Scope._value2member_map_]
-    if unknown:
-        errors.setdefault("scopes", []).append(f"Unknown scopes: {', '.join(unknown)}.")
-    elif not wanted:
-        errors.setdefault("scopes", []).append("Choose at least one scope.")
-    else:
-        beyond = [s for s in wanted if not _role_allows(owner, Scope(s))]
-        if beyond:
-            errors.setdefault("scopes", []).append(
-                f"{owner.get_username()}'s role does not allow: {', '.join(beyond)}."
-            )
-        stronger = [s for s in wanted if via is not None and Scope(s) not in via.effective]
-        if stronger:
-            errors.setdefault("scopes", []).append(
-                f"The token making it may not use: {', '.join(stronger)}; a token never makes "
-                "one with more power than its own."
-            )
+    _check_scopes(owner, wanted, errors, via=via)
     if expires_at is not None and expires_at <= timezone.now():
         errors.setdefault("expires_at", []).append("The expiry must be in the future.")
     elif (
@@ -295,3 +418,130 @@ def service_account_create(
             after={"username": username, "roles": wanted, "description": description},
         )
     return account
+
+
+def oauth_client_create(
+    *, actor: User, owner: User, name: str, scopes: Iterable[str]
+) -> tuple[OAuthClient, str]:
+    """Make an OAuth client (client credentials grant) acting as ``owner`` and return it with its
+    secret (shown once, stored hashed by django-oauth-toolkit). Admins only; the owner is a
+    service account or a person, whose role bounds the scopes as for an API token.
+
+    Not idempotent: each call makes a new client id and secret.
+    """
+    if not may_manage_service_accounts(actor):
+        raise PermissionDenied("only admins make OAuth clients")
+    name = name.strip()
+    errors: dict[str, list[str]] = {}
+    if not name:
+        errors.setdefault("name", []).append("Give the client a name.")
+    elif OAuthClient.objects.filter(
+        application__user=owner, application__name=name, revoked_at__isnull=True
+    ).exists():
+        errors.setdefault("name", []).append(
+            f"{owner.get_username()} already has a client named {name!r}."
+        )
+    if not owner.is_active:
+        errors.setdefault("owner", []).append(f"{owner.get_username()} is deactivated.")
+    wanted = sorted(set(scopes))
+    _check_scopes(owner, wanted, errors)
+    if errors:
+        raise TokenError("invalid OAuth client", errors)
+    secret = generate_client_secret()
+    Application = get_application_model()
+    with transaction.atomic():
+        application = Application.objects.create(
+            name=name,
+            user=owner,
+            client_type=Application.CLIENT_CONFIDENTIAL,
+            authorization_grant_type=Application.GRANT_CLIENT_CREDENTIALS,
+            client_secret=secret,
+            hash_client_secret=True,
+        )
+        client = OAuthClient.objects.create(
+            application=application, scopes=wanted, created_by=actor
+        )
+        audit_record(
+            action="oauth_client.created",
+            object_type="oauth_client",
+            object_id=client.pk,
+            actor=actor,
+            after={
+                "owner": owner.get_username(),
+                "name": name,
+                "client_id": application.client_id,
+                "scopes": wanted,
+            },
+        )
+    return client, secret
+
+
+def oauth_client_revoke(*, client_pk: int, actor: User) -> OAuthClient:
+    """Revoke an OAuth client at once: it gets no more access tokens, and the ones it holds stop
+    working on their next request. Admins only.
+
+    Idempotent: revoking a revoked client changes nothing and writes no event.
+    """
+    if not may_manage_service_accounts(actor):
+        raise PermissionDenied("only admins revoke OAuth clients")
+    with transaction.atomic():
+        client = (
+            OAuthClient.objects.select_for_update()
+            .select_related("application__user")
+            .get(pk=client_pk)
+        )
+        if client.revoked_at is not None:
+            return client
+        client.revoked_at = timezone.now()
+        client.revoked_by = actor
+        client.save(update_fields=["revoked_at", "revoked_by"])
+        audit_record(
+            action="oauth_client.revoked",
+            object_type="oauth_client",
+            object_id=client.pk,
+            actor=actor,
+            after={
+                "owner": client.application.user.get_username(),
+                "name": client.application.name,
+                "client_id": client.application.client_id,
+            },
+        )
+    return client
+
+
+def oauth_client_refusal(client: OAuthClient, *, secret_matched: bool) -> str:
+    """Why ``client`` gets no access token, or "" when it may have one. Read-only."""
+    if not secret_matched:
+        return "wrong client secret"
+    if client.is_revoked:
+        return "the client is revoked"
+    if not client.application.user.is_active:
+        return "the client's owner is deactivated"
+    return ""
+
+
+def oauth_client_authentication_failed(*, client: OAuthClient, reason: str) -> None:
+    """Record a refused token request of a known client, as a failed sign-in is recorded: a wrong
+    secret may be a leaked client id being tried. (Issued tokens are not recorded one by one:
+    a client asks every few minutes, and every change it makes names its token anyway.)
+
+    Not idempotent: each call appends an event.
+    """
+    with transaction.atomic():
+        audit_record(
+            action="oauth_client.authentication_failed",
+            object_type="oauth_client",
+            object_id=client.pk,
+            after={
+                "client_id": client.application.client_id,
+                "name": client.application.name,
+                "reason": reason,
+            },
+        )
+
+
+def oauth_tokens_forget_expired(*, application: Any) -> None:
+    """Delete ``application``'s expired access tokens (they can do nothing). Idempotent."""
+    get_access_token_model().objects.filter(
+        application=application, expires__lte=timezone.now()
+    ).delete()

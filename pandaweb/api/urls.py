@@ -15,6 +15,11 @@ urlpatterns = [
     path("tokens/", views.token_index, name="tokens"),
     path("tokens/<int:token_id>/revoke/", views.token_revoke, name="token_revoke"),
     path("service-accounts/", views.service_account_index, name="service_accounts"),
+    path(
+        "oauth-clients/<int:client_pk>/revoke/",
+        views.oauth_client_revoke,
+        name="oauth_client_revoke",
+    ),
 ]
 
 

@@ -1,21 +1,23 @@
-"""The dashboard's token pages: a person's own tokens; service accounts and their tokens
-(admins)."""
+"""The dashboard's token pages: a person's own tokens; service accounts, their tokens and their
+OAuth clients (admins)."""
 
 from __future__ import annotations
 
 from datetime import datetime, time
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
+from django.db.models import Max
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from pandaweb.api import services
-from pandaweb.api.models import ApiToken, ServiceAccount
+from pandaweb.api.models import ApiToken, OAuthClient, ServiceAccount
 from pandaweb.api.scopes import SCOPE_LABELS, Scope
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.roles import Role
@@ -57,6 +59,24 @@ def _create(request: AuthenticatedRequest, owner: User) -> tuple[str, dict[str, 
     return raw, {}
 
 
+def _create_oauth_client(
+    request: AuthenticatedRequest, owner: User
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    try:
+        client, secret = services.oauth_client_create(
+            actor=request.user,
+            owner=owner,
+            name=request.POST.get("name", ""),
+            scopes=request.POST.getlist("scopes"),
+        )
+    except services.TokenError as exc:
+        return {}, exc.field_errors
+    messages.success(
+        request, f"OAuth client “{client.application.name}” made. Copy its secret now."
+    )
+    return {"client_id": client.application.client_id, "secret": secret}, {}
+
+
 @require_http_methods(["GET", "POST"])
 def token_index(request: AuthenticatedRequest) -> HttpResponse:
     """Your personal tokens; a new one's secret is shown once, on the answer to its POST."""
@@ -88,12 +108,25 @@ def token_revoke(request: AuthenticatedRequest, token_id: int) -> HttpResponse:
     return redirect("account:tokens")
 
 
+@require_POST
+def oauth_client_revoke(request: AuthenticatedRequest, client_pk: int) -> HttpResponse:
+    if not _is_admin(request.user):
+        raise Http404("no such OAuth client")
+    client = OAuthClient.objects.select_related("application").filter(pk=client_pk).first()
+    if client is None:
+        raise Http404("no such OAuth client")
+    services.oauth_client_revoke(client_pk=client.pk, actor=request.user)
+    messages.success(request, f"OAuth client “{client.application.name}” revoked.")
+    return redirect("account:service_accounts")
+
+
 @require_http_methods(["GET", "POST"])
 def service_account_index(request: AuthenticatedRequest) -> HttpResponse:
     """Admins: service accounts (users for other systems) and their tokens."""
     if not _is_admin(request.user):
         raise PermissionDenied("service accounts are managed by admins")
     raw: str = ""
+    new_client: dict[str, str] = {}
     errors: dict[str, list[str]] = {}
     if request.method == "POST" and request.POST.get("form") == "account":
         try:
@@ -111,7 +144,10 @@ def service_account_index(request: AuthenticatedRequest) -> HttpResponse:
         account = ServiceAccount.objects.filter(pk=request.POST.get("account") or 0).first()
         if account is None:
             raise Http404("no such service account")
-        raw, errors = _create(request, account.user)
+        if request.POST.get("form") == "oauth_client":
+            new_client, errors = _create_oauth_client(request, account.user)
+        else:
+            raw, errors = _create(request, account.user)
     accounts = ServiceAccount.objects.select_related("user").prefetch_related("user__groups")
     context = {
         "accounts": [
@@ -120,11 +156,16 @@ def service_account_index(request: AuthenticatedRequest) -> HttpResponse:
                 "roles": [g.name for g in a.user.groups.all()],
                 "scopes": _scope_choices(a.user),
                 "tokens": ApiToken.objects.filter(user=a.user).order_by("-created_at"),
+                "oauth_clients": OAuthClient.objects.filter(application__user=a.user)
+                .select_related("application")
+                .annotate(last_token_at=Max("application__accesstoken__created")),
             }
             for a in accounts
         ],
         "roles": [r.value for r in Role],
         "new_secret": raw,
+        "new_client": new_client,
+        "oauth_token_minutes": settings.OAUTH_ACCESS_TOKEN_SECONDS // 60,
         "errors": errors,
         "form": request.POST if errors else {},
         "now": timezone.now(),

@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool
 from approvals.consumers import NavigationConsumer
 from approvals.models import ApprovalRequest
 from pandaweb.api.mcp_asgi import endpoint as mcp_endpoint
+from pandaweb.api.services import BEARER_NEEDED
 from pandaweb.core.database import BUSY
 from pandaweb.core.roles import Role
 from sessions.models import Run
@@ -130,7 +131,7 @@ def test_the_mcp_endpoint_checks_tokens_again_after_the_server_closed_its_connec
     terminate_other_backends()
 
     status, body = asyncio.run(call_mcp("pw_unknown"))
-    assert (status, body["error"]) == (401, "an API token is required: Authorization: Bearer pw_…")
+    assert (status, body["error"]) == (401, BEARER_NEEDED)
 
 
 def test_the_mcp_endpoint_without_a_free_connection_says_to_retry(pool_taken: None) -> None:
