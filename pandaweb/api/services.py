@@ -486,7 +486,9 @@ def oauth_client_revoke(*, client_pk: int, actor: User) -> OAuthClient:
         raise PermissionDenied("only admins revoke OAuth clients")
     with transaction.atomic():
         client = (
-            OAuthClient.objects.select_for_update()
+            # Only the client row: the library's application has a nullable owner (an outer
+            # join), which PostgreSQL will not lock.
+            OAuthClient.objects.select_for_update(of=("self",))
             .select_related("application__user")
             .get(pk=client_pk)
         )
