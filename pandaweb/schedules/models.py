@@ -64,9 +64,21 @@ class Batch(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # A launch retried with the same key (per person) answers with this batch instead of
+    # launching its rows again; the digest is of the request, so another request with the key is
+    # told apart from a retry.
+    idempotency_key = models.CharField(max_length=100, blank=True)
+    request_sha256 = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["created_by", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="batch_idempotency_key_unique_per_user",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"Batch #{self.pk} of {self.workflow}"
@@ -79,6 +91,8 @@ class BatchRow(models.Model):
         WAITING = "waiting", "Waiting for a free slot"
         LAUNCHED = "launched", "Launched"
         REFUSED = "refused", "Could not launch"
+        # Kept back when the batch was made (launching only the valid rows): ``problems`` says why.
+        INVALID = "invalid", "Not valid, not launched"
 
     batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="rows")
     # The line of the file (the header is line 1), so people find it in their spreadsheet.
@@ -87,6 +101,8 @@ class BatchRow(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.WAITING)
     run = models.ForeignKey(Run, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     error = models.CharField(max_length=500, blank=True)
+    # What was wrong with an invalid row: [{"field": parameter or "", "message": …}].
+    problems = models.JSONField(default=list, blank=True)
     launched_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -22,6 +22,14 @@ def schedule_get(schedule_id: int) -> Schedule:
     )
 
 
+def schedule_list(*, workflow_slug: str = "") -> QuerySet[Schedule]:
+    """Every schedule (or one workflow's), by workflow and name."""
+    schedules = Schedule.objects.select_related("workflow", "owner", "last_run")
+    if workflow_slug:
+        schedules = schedules.filter(workflow__slug=workflow_slug)
+    return schedules.order_by("workflow__slug", "name", "pk")
+
+
 def workflow_schedules(workflow: Workflow) -> QuerySet[Schedule]:
     return workflow.schedules.select_related("owner", "last_run").order_by("name", "pk")
 
@@ -69,7 +77,11 @@ class BatchProgress:
         return round(100 * self.settled / self.total) if self.total else 100
 
 
-_SETTLED = frozenset(Run.FINAL) | {Run.Status.NEEDS_RECONCILIATION, "refused"}
+_SETTLED = frozenset(Run.FINAL) | {
+    Run.Status.NEEDS_RECONCILIATION,
+    BatchRow.Status.REFUSED,
+    BatchRow.Status.INVALID,
+}
 
 
 def batch_progress(batch: Batch) -> BatchProgress:

@@ -4,36 +4,114 @@ launch form's service, so inputs are validated and audited the same way)."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from pandaweb.audit.services import audit_record
 from pandaweb.schedules.models import Batch, BatchRow
 from pandaweb.schedules.services.versions import parameters_of, published_version
-from sessions.services import RunError, coerce_inputs, run_launch
+from sessions.services import IdempotencyKeyReused, RunError, coerce_inputs, run_launch
 from workflows.models import Workflow, WorkflowVersion
 
 
-class BatchRefused(Exception):
-    """The file was not accepted; ``problems`` say why, line by line, in the user's words."""
+@dataclass(frozen=True)
+class RowProblem:
+    """One thing wrong with one row. ``row`` as people count it: the file's line (the header is
+    line 1), or the row's position in a list of rows (the first is 1); ``field`` the parameter
+    (the column), "" for the row as a whole."""
 
-    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+    row: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"Line {self.row}, {self.field}" if self.field else f"Line {self.row}"
+        return f"{where}: {self.message}"
+
+
+class BatchRefused(Exception):
+    """The rows were not accepted; ``problems`` say why, line by line, in the user's words, and
+    ``rows`` holds the problems of single rows as data (empty when the file as a whole was
+    refused: its size, its encoding, its columns)."""
+
+    def __init__(
+        self,
+        message: str,
+        problems: list[str] | None = None,
+        *,
+        rows: list[RowProblem] | None = None,
+    ) -> None:
         super().__init__(message)
-        self.problems = problems or []
+        self.rows = rows or []
+        self.problems = problems if problems is not None else [str(p) for p in self.rows]
+
+
+@dataclass(frozen=True)
+class CheckedRows:
+    """Rows checked against a version's parameters: ``valid`` holds each good row's number and
+    typed inputs, ``invalid`` each other row's number, its cells as sent and its problems."""
+
+    columns: list[str]
+    valid: list[tuple[int, dict[str, Any]]]
+    invalid: list[tuple[int, dict[str, Any], list[RowProblem]]]
+
+
+def _check_rows(
+    version: WorkflowVersion,
+    columns: list[str],
+    rows: list[tuple[int, Mapping[str, Any]]],
+    *,
+    known: dict[int, list[RowProblem]],
+    launch_valid_rows: bool,
+    where: str,
+) -> CheckedRows:
+    """Type every row as the launch form would (``known`` holds problems found while reading).
+    Every problem is listed, never only the first, so a person fixes the rows once."""
+    if not rows:
+        raise BatchRefused("There are no rows to launch.")
+    if len(rows) > settings.BATCH_MAX_ROWS:
+        raise BatchRefused(
+            f"There are {len(rows)} rows; one batch takes at most {settings.BATCH_MAX_ROWS}."
+        )
+    names = {p.name for p in parameters_of(version)}
+    valid: list[tuple[int, dict[str, Any]]] = []
+    invalid: list[tuple[int, dict[str, Any], list[RowProblem]]] = []
+    for number, raw in rows:
+        found = known.get(number, [])
+        if not found:
+            try:
+                valid.append((number, coerce_inputs(version, raw)))
+            except RunError as exc:
+                found = [
+                    RowProblem(number, field if field in names else "", message)
+                    for field, messages in exc.field_errors.items()
+                    for message in messages
+                ]
+        if found:
+            invalid.append((number, dict(raw), found))
+    problems = [p for _, _, found in invalid for p in found]
+    if problems and not (launch_valid_rows and valid):
+        count = "1 problem" if len(problems) == 1 else f"{len(problems)} problems"
+        raise BatchRefused(f"{count} in {where}; nothing was launched.", rows=problems)
+    return CheckedRows(columns, valid, invalid)
 
 
 def batch_parse(
-    *, version: WorkflowVersion, content: bytes
-) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+    *, version: WorkflowVersion, content: bytes, launch_valid_rows: bool = False
+) -> CheckedRows:
     """Check a whole CSV file against the version's parameters: the columns and every row.
 
-    Returns the columns and the typed inputs of each row; raises BatchRefused listing every
-    problem (never only the first), so a person fixes the file once.
+    Raises BatchRefused listing every problem; with ``launch_valid_rows`` the problems of single
+    rows refuse only those rows (unless no row is valid), never a file whose columns are wrong.
     """
 
     if len(content) > settings.BATCH_MAX_BYTES:
@@ -93,58 +171,159 @@ def batch_parse(
         raise BatchRefused(
             f"The file has {len(body)} rows; one batch takes at most {settings.BATCH_MAX_ROWS}."
         )
-    rows: list[tuple[int, dict[str, Any]]] = []
-    for line, row in body:
-        if len(row) != len(header):
-            problems.append(f"Line {line}: has {len(row)} cells, the header has {len(header)}.")
-            continue
-        try:
-            rows.append((line, coerce_inputs(version, dict(zip(header, row, strict=True)))))
-        except RunError as exc:
-            for field, messages in exc.field_errors.items():
-                where = f"Line {line}, {field}" if field in parameters else f"Line {line}"
-                problems.extend(f"{where}: {message}" for message in messages)
-    if problems:
-        count = "1 problem" if len(problems) == 1 else f"{len(problems)} problems"
-        raise BatchRefused(f"{count} in the file; nothing was launched.", problems)
-    return header, rows
+    known = {
+        line: [RowProblem(line, "", f"has {len(row)} cells, the header has {len(header)}.")]
+        for line, row in body
+        if len(row) != len(header)
+    }
+    return _check_rows(
+        version,
+        header,
+        [(line, dict(zip(header, row, strict=False))) for line, row in body],
+        known=known,
+        launch_valid_rows=launch_valid_rows,
+        where="the file",
+    )
 
 
-def batch_create(*, workflow_id: int, user: User, filename: str, content: bytes) -> Batch:
-    """Check every row, then save the batch and launch every row: the workflow's queue keeps at
-    most its concurrency limit going, the others wait in file order. Nothing is saved on any
-    error. Not idempotent: each upload is a new batch."""
+def batch_check_rows(
+    *, version: WorkflowVersion, rows: Sequence[Mapping[str, Any]], launch_valid_rows: bool = False
+) -> CheckedRows:
+    """``batch_parse`` for rows that come as data (one mapping of parameter to value each,
+    numbered from 1) rather than as a file: the same checks of every row."""
+    sent = {name for row in rows for name in row}
+    columns = [p.name for p in parameters_of(version) if p.name in sent]
+    return _check_rows(
+        version,
+        columns,
+        list(enumerate(rows, start=1)),
+        known={},
+        launch_valid_rows=launch_valid_rows,
+        where="the rows",
+    )
+
+
+def _request_digest(
+    *, content: bytes | None, rows: Sequence[Mapping[str, Any]] | None, launch_valid_rows: bool
+) -> str:
+    body = content if content is not None else json.dumps(rows, sort_keys=True).encode()
+    kind = b"csv" if content is not None else b"rows"
+    flag = b"valid-only" if launch_valid_rows else b"all"
+    return hashlib.sha256(b"\0".join([kind, flag, body])).hexdigest()
+
+
+def _replayed(batch: Batch, workflow_id: int, digest: str, key: str) -> Batch:
+    if batch.workflow_id != workflow_id or batch.request_sha256 != digest:
+        raise IdempotencyKeyReused(
+            f"the idempotency key {key!r} was already used for a different batch (batch {batch.pk})"
+        )
+    return batch
+
+
+def _row_error(problems: list[RowProblem]) -> str:
+    return "; ".join(f"{p.field}: {p.message}" if p.field else p.message for p in problems)[:500]
+
+
+def batch_create_once(
+    *,
+    workflow_id: int,
+    user: User,
+    filename: str,
+    content: bytes | None = None,
+    rows: Sequence[Mapping[str, Any]] | None = None,
+    launch_valid_rows: bool = False,
+    idempotency_key: str = "",
+) -> tuple[Batch, bool]:
+    """Check every row (of the CSV ``content``, or the ``rows`` given as data), then save the
+    batch and launch its rows: the workflow's queue keeps at most its concurrency limit going,
+    the others wait in row order. Returns the batch and whether this call made it.
+
+    Any problem refuses everything and saves nothing, unless ``launch_valid_rows``: then the
+    valid rows launch and the others are kept as invalid rows with their problems (a batch
+    whose columns are wrong, or with no valid row, is still refused whole). Idempotent with an
+    ``idempotency_key``, as ``run_launch_once`` is: the same person, key and request answer with
+    the batch made first; the key with another request raises ``IdempotencyKeyReused``.
+    """
+    if (content is None) == (rows is None):
+        raise ValueError("give the rows as CSV content or as data, not both")
+    key = idempotency_key.strip()
+    digest = _request_digest(content=content, rows=rows, launch_valid_rows=launch_valid_rows)
+    if key:
+        existing = Batch.objects.filter(created_by=user, idempotency_key=key).first()
+        if existing is not None:
+            return _replayed(existing, workflow_id, digest, key), False
     workflow = Workflow.objects.get(pk=workflow_id)
     if workflow.archived:
         raise BatchRefused("This workflow is archived.")
     version = published_version(workflow)
     if version is None:
         raise BatchRefused("Publish a version of this workflow before launching a batch.")
-    columns, rows = batch_parse(version=version, content=content)
-    with transaction.atomic():
-        batch = Batch.objects.create(
-            workflow=workflow,
-            version_number=version.number or 0,
-            filename=filename[:255],
-            columns=columns,
-            created_by=user,
+    if content is not None:
+        checked = batch_parse(version=version, content=content, launch_valid_rows=launch_valid_rows)
+    else:
+        checked = batch_check_rows(
+            version=version, rows=rows or [], launch_valid_rows=launch_valid_rows
         )
-        BatchRow.objects.bulk_create(
-            BatchRow(batch=batch, line=line, inputs=inputs) for line, inputs in rows
-        )
-        audit_record(
-            action="batch.created",
-            object_type="batch",
-            object_id=batch.pk,
-            actor=user,
-            after={
+    try:
+        with transaction.atomic():
+            batch = Batch.objects.create(
+                workflow=workflow,
+                version_number=version.number or 0,
+                filename=filename[:255],
+                columns=checked.columns,
+                created_by=user,
+                idempotency_key=key,
+                request_sha256=digest,
+            )
+            BatchRow.objects.bulk_create(
+                [
+                    *(BatchRow(batch=batch, line=n, inputs=inputs) for n, inputs in checked.valid),
+                    *(
+                        BatchRow(
+                            batch=batch,
+                            line=n,
+                            inputs=cells,
+                            status=BatchRow.Status.INVALID,
+                            error=_row_error(problems),
+                            problems=[{"field": p.field, "message": p.message} for p in problems],
+                        )
+                        for n, cells, problems in checked.invalid
+                    ),
+                ]
+            )
+            facts: dict[str, Any] = {
                 "workflow": workflow.slug,
                 "version": version.number,
                 "filename": batch.filename,
-                "rows": len(rows),
-            },
+                "rows": len(checked.valid),
+            }
+            if checked.invalid:
+                facts["invalid_rows"] = [n for n, _, _ in checked.invalid]
+            audit_record(
+                action="batch.created",
+                object_type="batch",
+                object_id=batch.pk,
+                actor=user,
+                after=facts,
+            )
+            batch_release(workflow_id=workflow.pk)
+    except IntegrityError:
+        # Two requests with one key raced; the other one made the batch, which is the answer.
+        existing = (
+            Batch.objects.filter(created_by=user, idempotency_key=key).first() if key else None
         )
-        batch_release(workflow_id=workflow.pk)
+        if existing is None:
+            raise
+        return _replayed(existing, workflow_id, digest, key), False
+    return batch, True
+
+
+def batch_create(*, workflow_id: int, user: User, filename: str, content: bytes) -> Batch:
+    """Launch every row of a CSV file (``batch_create_once`` without a key: each upload is a
+    new batch)."""
+    batch, _ = batch_create_once(
+        workflow_id=workflow_id, user=user, filename=filename, content=content
+    )
     return batch
 
 

@@ -183,6 +183,22 @@ def schedule_set_paused(*, schedule_id: int, user: User, paused: bool) -> Schedu
     return schedule
 
 
+def schedule_delete(*, schedule_id: int, user: User) -> None:
+    """Delete a schedule: it launches nothing more; the runs it launched stay. The audit event
+    keeps what it was. Raises ``Schedule.DoesNotExist`` when it is gone already."""
+    with transaction.atomic():
+        schedule = _lock(schedule_id)
+        before = {"workflow": schedule.workflow.slug, **_schedule_facts(schedule)}
+        schedule.delete()
+        audit_record(
+            action="schedule.deleted",
+            object_type="schedule",
+            object_id=schedule_id,
+            actor=user,
+            before=before,
+        )
+
+
 def _previous_active(schedule: Schedule) -> bool:
     if schedule.last_run_id is None:
         return False
