@@ -171,7 +171,7 @@ def test_every_shell_example_runs_as_written(stack: Stack, tmp_path: Path) -> No
             "api_token", "docs-erp", "--name", "docs", "--service", "--by", "ada.admin",
             "--role", "Operators", "--role", "Compliance",
             "--scope", "runs:launch", "--scope", "runs:read", "--scope", "audit:read",
-            "--scope", "workflows:read",
+            "--scope", "workflows:read", "--scope", "schedules:write",
         ).strip(),
         "REVIEWER_TOKEN": stack.manage(
             "api_token", "rory.reviewer", "--name", "docs",

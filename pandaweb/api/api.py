@@ -30,12 +30,16 @@ from approvals.models import ApprovalDecision, ApprovalRequest, Question
 from approvals.policy import approval_refusal
 from approvals.questions import QuestionRefused, question_answer
 from approvals.services import ApprovalRefused, approval_decide
-from pandaweb.api import headers, problems, ratelimit, system_api, tokens_api, webhooks_api
+from pandaweb.api import problems, ratelimit, system_api, tokens_api, webhooks_api
 from pandaweb.api.access import token_with_scope
+from pandaweb.api.batch_api import router as batches_router
+from pandaweb.api.credentials_api import router as credentials_router
+from pandaweb.api.idempotency import idempotency_key_header, key_reused
 from pandaweb.api.jsonschema import parameters_schema
 from pandaweb.api.paging import cursor_decode, cursor_encode
 from pandaweb.api.parsing import refuse_nul_characters
 from pandaweb.api.problems import Problem
+from pandaweb.api.schedules_api import router as schedules_router
 from pandaweb.api.schemas import (
     AnswerIn,
     ApprovalOut,
@@ -453,7 +457,7 @@ def _run_out(run: Run) -> RunOut:
 def launch(
     request: HttpRequest,
     payload: RunLaunchIn,
-    idempotency_key: str = headers.idempotency_key("body", "the same run"),
+    idempotency_key: str = idempotency_key_header("the same run"),
 ) -> Status[RunLaunchedOut]:
     """Queue a run of the workflow's latest published version with typed, validated inputs (the
     same service as the launch form). 201 with the new run; 200 with the earlier run of the same
@@ -490,7 +494,7 @@ def launch(
                 run=run, created=created, url=callback_url, user=context.user
             )
     except (IdempotencyKeyReused, CallbackMismatch) as exc:
-        raise Problem(409, str(exc), type="idempotency-key-reused") from None
+        raise key_reused(exc) from None
     except RunError as exc:
         if "priority" in exc.field_errors:
             raise Problem(
@@ -795,6 +799,9 @@ api.add_router("/webhooks", webhooks_api.router)
 api.add_router("/tokens", tokens_api.tokens)
 api.add_router("/service-accounts", tokens_api.service_accounts)
 api.add_router("/system", system_api.router)
+api.add_router("/credentials", credentials_router)
+api.add_router("/schedules", schedules_router)
+api.add_router("/batches", batches_router)
 
 
 def run_document(run_id: int) -> dict[str, Any]:

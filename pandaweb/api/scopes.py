@@ -43,6 +43,13 @@ class Scope(StrEnum):
     TOKENS_WRITE = "tokens:write"
     # Database, channel layer, workers and queue depth: the system page.
     SYSTEM_READ = "system:read"
+    # Store a credential and replace its value: what the credentials page lets authors do.
+    # Reading the credentials' names (never their values) is ``workflows:read``, as on the page.
+    CREDENTIALS_WRITE = "credentials:write"
+    # Make, change, pause and delete schedules: what the schedule page lets whoever may launch
+    # do (a schedule launches runs as the person who saved it). Reading them is
+    # ``workflows:read``, as on the page.
+    SCHEDULES_WRITE = "schedules:write"
 
 
 # None: no capability is needed, only an active owner (the token pages are every person's).
@@ -64,6 +71,8 @@ SCOPE_CAPABILITY: dict[Scope, Capability | None] = {
     Scope.TOKENS_READ: None,
     Scope.TOKENS_WRITE: None,
     Scope.SYSTEM_READ: Capability.VIEW_SYSTEM,
+    Scope.CREDENTIALS_WRITE: Capability.AUTHOR_WORKFLOWS,
+    Scope.SCHEDULES_WRITE: Capability.LAUNCH_RUNS,
 }
 
 SCOPE_LABELS: dict[Scope, str] = {
@@ -85,4 +94,6 @@ SCOPE_LABELS: dict[Scope, str] = {
     Scope.TOKENS_WRITE: "Make and revoke your API tokens, never with a scope this token lacks "
     "(admins: service accounts and their tokens)",
     Scope.SYSTEM_READ: "Read the system's health: database, channel layer, workers, queues",
+    Scope.CREDENTIALS_WRITE: "Store credentials and replace their values (never read them back)",
+    Scope.SCHEDULES_WRITE: "Make, change, pause and delete schedules (they launch as you)",
 }

@@ -15,8 +15,8 @@ from django.http import Http404, HttpRequest
 from django.urls import reverse
 from ninja import Query, Router, Status
 
-from pandaweb.api import headers
 from pandaweb.api.access import token_with_scope
+from pandaweb.api.idempotency import idempotency_key_header, key_reused
 from pandaweb.api.problems import Problem, field_errors
 from pandaweb.api.schemas import (
     DiffEntryOut,
@@ -341,7 +341,7 @@ def publish(
     request: HttpRequest,
     slug: str,
     payload: PublishIn,
-    idempotency_key: str = headers.idempotency_key("message", "the version published"),
+    idempotency_key: str = idempotency_key_header("the version published", same="message"),
 ) -> Status[VersionSummary]:
     """Turn the draft into the next numbered version (201), as the editor's Publish button.
 
@@ -360,7 +360,7 @@ def publish(
             idempotency_key=idempotency_key,
         )
     except services.PublishKeyReused as exc:
-        raise Problem(409, str(exc), type="idempotency-key-reused") from None
+        raise key_reused(exc) from None
     except services.PublishRefused as exc:
         located = _document_problems(exc.review.located_problems)
         warned = [w.model_dump() for w in _document_problems(exc.review.located_warnings)]
