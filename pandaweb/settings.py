@@ -18,6 +18,7 @@ import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from pandaweb.localfiles import CREDENTIAL_KEYS_FILE, SECRET_KEY_FILE, VAPID_KEY_FILE
+from pandaweb.sso.config import OidcSettings, parse_role_map
 from sessions.engine.config import (
     ACCELERATORS,
     BEGIN_FRAME_MODES,
@@ -295,6 +296,7 @@ INSTALLED_APPS = [
     "oauth2_provider",
     "pandaweb.api",
     "pandaweb.reviewers",
+    "pandaweb.sso",
 ]
 
 MIDDLEWARE = [
@@ -313,6 +315,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    # After authentication: a single sign-on session past its recheck time asks the provider.
+    "pandaweb.sso.middleware.SsoRecheckMiddleware",
     # Last, as django-axes requires: it turns a lockout into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -404,9 +408,11 @@ AUTH_PASSWORD_VALIDATORS = [
 
 # Failed logins are counted per username and client address; after the limit that pair is locked
 # out for the cool-off time. The login form is the front door to accounts that move money.
+# Passwords are checked by a backend that refuses them when PANDAWEB_LOCAL_PASSWORDS is off
+# (except for the break-glass administrator), on every form that signs in, the admin's included.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "pandaweb.sso.backends.LocalPasswordBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("PANDAWEB_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("PANDAWEB_LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
@@ -414,6 +420,64 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
+
+
+def oidc_settings() -> OidcSettings | None:
+    """Single sign-on with an OpenID Connect provider: on when PANDAWEB_OIDC_ISSUER is set."""
+    issuer = env_str("PANDAWEB_OIDC_ISSUER").rstrip("/")
+    if not issuer:
+        return None
+    if urlsplit(issuer).scheme not in ("http", "https") or not urlsplit(issuer).hostname:
+        raise ImproperlyConfigured(
+            f"PANDAWEB_OIDC_ISSUER={issuer!r} is not a URL like https://idp.example.com/realms/x"
+        )
+    missing = [
+        name
+        for name in ("PANDAWEB_OIDC_CLIENT_ID", "PANDAWEB_OIDC_CLIENT_SECRET")
+        if not env_str(name)
+    ]
+    if missing:
+        raise ImproperlyConfigured(
+            f"PANDAWEB_OIDC_ISSUER is set, so {' and '.join(missing)} must be"
+        )
+    try:
+        role_map = parse_role_map(env_str("PANDAWEB_OIDC_ROLE_MAP"))
+    except ValueError as error:
+        raise ImproperlyConfigured(f"PANDAWEB_OIDC_ROLE_MAP: {error}") from None
+    if not role_map:
+        raise ImproperlyConfigured(
+            "PANDAWEB_OIDC_ROLE_MAP must map at least one group to a role "
+            "(e.g. pandaweb-operators=operators): nobody could sign in otherwise"
+        )
+    scopes = env_str("PANDAWEB_OIDC_SCOPES", "openid email profile")
+    if "openid" not in scopes.split():
+        raise ImproperlyConfigured(f"PANDAWEB_OIDC_SCOPES={scopes!r} must include openid")
+    return OidcSettings(
+        issuer=issuer,
+        client_id=env_str("PANDAWEB_OIDC_CLIENT_ID"),
+        client_secret=env_str("PANDAWEB_OIDC_CLIENT_SECRET"),
+        discovery_url=env_str(
+            "PANDAWEB_OIDC_DISCOVERY_URL", f"{issuer}/.well-known/openid-configuration"
+        ),
+        scopes=scopes,
+        groups_claim=env_str("PANDAWEB_OIDC_GROUPS_CLAIM", "groups"),
+        username_claim=env_str("PANDAWEB_OIDC_USERNAME_CLAIM", "preferred_username"),
+        label=env_str("PANDAWEB_OIDC_LABEL", "single sign-on"),
+        recheck_seconds=env_int("PANDAWEB_OIDC_RECHECK_SECONDS", 900, minimum=30),
+        role_map=role_map,
+    )
+
+
+OIDC = oidc_settings()
+# Off: only the break-glass administrator (a username) signs in with a password; everyone else
+# through the identity provider.
+LOCAL_PASSWORDS = env_bool("PANDAWEB_LOCAL_PASSWORDS", True)
+BREAK_GLASS_ADMIN = env_str("PANDAWEB_BREAK_GLASS_ADMIN")
+if not LOCAL_PASSWORDS and OIDC is None:
+    raise ImproperlyConfigured(
+        "PANDAWEB_LOCAL_PASSWORDS=off needs single sign-on (PANDAWEB_OIDC_ISSUER): "
+        "nobody but the break-glass administrator could sign in"
+    )
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"

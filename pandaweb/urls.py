@@ -1,16 +1,17 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from oauth2_provider import views as oauth_views
 
 from approvals.views import reviewer_profile
 from pandaweb.api.urls import api_urls
+from pandaweb.sso import views as sso_views
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", sso_views.SignInView.as_view(), name="login"),
+    path("logout/", sso_views.sign_out, name="logout"),
+    path("sso/", include("pandaweb.sso.urls")),
     path("workflows/", include("workflows.urls")),
     path("runs/", include("sessions.urls")),
     path("approvals/", include("approvals.urls")),

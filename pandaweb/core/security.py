@@ -4,6 +4,7 @@ bodies with a page that says so, and the CSRF failure page."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
@@ -64,8 +65,20 @@ class ContentSecurityPolicyMiddleware:
         if settings.DEBUG and response.status_code in (404, 500):
             return response  # Django's debug pages style themselves inline; never in production
         if content_type.startswith("text/html") and "Content-Security-Policy" not in response:
-            response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+            response["Content-Security-Policy"] = page_policy()
         return response
+
+
+def page_policy() -> str:
+    """The policy of dashboard pages. With single sign-on, the sign-out form's redirect goes on
+    to the identity provider (to end its session too), which form-action must allow."""
+    oidc = settings.OIDC
+    if oidc is None:
+        return CONTENT_SECURITY_POLICY
+    parts = urlsplit(oidc.issuer)
+    return CONTENT_SECURITY_POLICY.replace(
+        "form-action 'self'", f"form-action 'self' {parts.scheme}://{parts.netloc}"
+    )
 
 
 class RequestSizeLimitMiddleware:
