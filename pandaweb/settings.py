@@ -438,7 +438,7 @@ def oidc_settings() -> OidcSettings | None:
     ]
     if missing:
         raise ImproperlyConfigured(
-            f"PANDAWEB_OIDC_ISSUER is set, so {' and '.join(missing)} must be"
+            f"PANDAWEB_OIDC_ISSUER is set, so {' and '.join(missing)} must be too"
         )
     try:
         role_map = parse_role_map(env_str("PANDAWEB_OIDC_ROLE_MAP"))

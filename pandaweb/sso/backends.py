@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.http import HttpRequest
 
 
@@ -24,7 +24,7 @@ class LocalPasswordBackend(ModelBackend):
         username: str | None = None,
         password: str | None = None,
         **kwargs: Any,
-    ) -> AbstractBaseUser | None:
+    ) -> User | None:
         if not password_sign_in_allowed(username):
             return None
         return super().authenticate(request, username=username, password=password, **kwargs)

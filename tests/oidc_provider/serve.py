@@ -58,8 +58,8 @@ def main() -> None:
     populate(spec)
     server = ThreadedWSGIServer(("127.0.0.1", spec.get("port", 0)), QuietHandler)
     server.set_app(StaticFilesHandler(get_wsgi_application()))
-    host, port = server.server_address[:2]
-    print(f"READY http://{host}:{port}", flush=True)
+    port = server.server_address[1]
+    print(f"READY http://127.0.0.1:{port}", flush=True)
     server.serve_forever()
 
 
