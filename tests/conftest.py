@@ -176,6 +176,8 @@ SERVICE_FIXTURES = frozenset({"db", "transactional_db", "live_server", "django_d
 
 
 def _depends_on_services(item: pytest.Item) -> bool:
+    if item.get_closest_marker("presentation"):
+        return False
     if item.get_closest_marker("django_db") or item.get_closest_marker("e2e"):
         return True
     return bool(SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())))
@@ -186,7 +188,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     ``.ci/run`` runs the suite twice: embedded, then with DATABASE_URL and REDIS_URL. A test that
     reaches none of those services (the engine, the sandboxes, the demo portal, parsers) gives
-    the same answer both times, so the second pass runs only tests that do reach them.
+    the same answer both times, so the second pass runs only tests that do reach them; so does
+    a test of how pages render (``presentation``), whose data any database serves alike.
     """
     if not os.environ.get("DATABASE_URL") or config.getoption("--all-passes"):
         return

@@ -31,7 +31,7 @@ from playwright.sync_api import (
 from pandaweb.core.roles import DEMO_USERS, ROLE_CAPABILITIES, Capability, Role
 from tests.e2e.conftest import Stack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.presentation]
 
 DESKTOP: ViewportSize = {"width": 1440, "height": 900}
 PHONE: ViewportSize = {"width": 390, "height": 844}
