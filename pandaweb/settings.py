@@ -580,6 +580,16 @@ OAUTH2_PROVIDER = {
     "SCOPES_BACKEND_CLASS": "pandaweb.api.oauth.ClientScopes",
     # Only the SHA-256 of an access token is stored, as for API tokens (RFC 9700, 4.14).
     "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    # The token endpoint serves the client credentials grant alone; the rest of the security
+    # practice (RFC 9700) is switched on too, so no grant or transport it advises against is
+    # ever reachable, and `check --deploy` has nothing to warn about.
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "ALLOWED_REDIRECT_URI_SCHEMES": ["https"],
 }
 # Run files (screenshots, observations, downloads) of runs that ended more than this many days ago
 # are deleted by housekeeping; 0 keeps them forever. Database rows, their hashes and the audit

@@ -624,3 +624,12 @@ def test_the_probe_tries_the_real_set_up_once() -> None:
         assert {name for name, _ in first.tools} == {"unshare", "mount", "ip", "socat", "setpriv"}
     else:
         assert first.reason
+
+
+@needs_namespaces
+def test_on_refuses_a_sandbox_root_too_long_for_the_sockets_inside_it(tmp_path: Path) -> None:
+    root = tmp_path / ("deep" * 20)
+    spec = SandboxSpec(run_key=run_key(), proxy_url="http://127.0.0.1:1", ttl_seconds=60)
+    with pytest.raises(SandboxError, match="set PANDAWEB_SANDBOX_DIR to a shorter path"):
+        LocalBackend(EngineConfig(sandbox_dir=root, local_namespaces="on")).create(spec)
+    assert list(root.iterdir()) == []

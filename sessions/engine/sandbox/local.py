@@ -152,6 +152,8 @@ class LocalBackend(WorkdirSandboxes):
         ensure_root(self.root)
         workdir = self.root / spec.run_key
         isolation = self._isolation(workdir, spec.run_key)
+        if isolation.support is not None:
+            _check_socket_room(workdir)
         try:
             workdir.mkdir(mode=0o700)
         except FileExistsError:
@@ -359,6 +361,23 @@ class LocalBackend(WorkdirSandboxes):
             time.sleep(0.01)
 
     # -- the rest -------------------------------------------------------------------------
+
+
+# The longest unix socket the namespaced sandbox makes in its directory; a socket's path holds
+# at most 107 bytes (sun_path), and a longer one fails inside the namespace where nobody reads
+# why: the browser would start and never answer.
+_LONGEST_SOCKET = "proxy.sock"
+_SOCKET_PATH_MAX = 107
+
+
+def _check_socket_room(workdir: Path) -> None:
+    length = len(os.fsencode(workdir / _LONGEST_SOCKET))
+    if length > _SOCKET_PATH_MAX:
+        raise SandboxError(
+            f"the sandbox directory {workdir.parent} is too long: the sockets inside a "
+            f"sandbox's directory would be {length} bytes long, and a socket's path may be at "
+            f"most {_SOCKET_PATH_MAX}; set PANDAWEB_SANDBOX_DIR to a shorter path"
+        )
 
 
 def frames_label(chromium: str, *, begin_frame: bool) -> str:
