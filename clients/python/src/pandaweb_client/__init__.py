@@ -5,9 +5,17 @@ from pandaweb_client.client import (
     WAITING_STATUSES,
     ApiError,
     Approval,
+    Batch,
     Client,
+    Credential,
+    Draft,
     Event,
     Run,
+    Schedule,
+    SessionTemplate,
+    Version,
+    Webhook,
+    Workflow,
 )
 
 __all__ = [
@@ -15,7 +23,15 @@ __all__ = [
     "WAITING_STATUSES",
     "ApiError",
     "Approval",
+    "Batch",
     "Client",
+    "Credential",
+    "Draft",
     "Event",
     "Run",
+    "Schedule",
+    "SessionTemplate",
+    "Version",
+    "Webhook",
+    "Workflow",
 ]

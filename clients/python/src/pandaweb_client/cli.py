@@ -4,18 +4,26 @@ in ``PANDAWEB_TOKEN``, never on the command line where other users' ``ps`` would
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx2
 
-from pandaweb_client.client import ApiError, Client, Run
+from pandaweb_client.client import ApiError, Client, Draft, Run, Schedule, SessionTemplate
 
 # Exit codes a script can branch on.
 OK, REFUSED, USAGE, RUN_DID_NOT_SUCCEED = 0, 1, 2, 3
+# The values each kind of credential takes, in the order they are asked for; the first of a
+# username_password is not secret, so it is echoed as it is typed.
+CREDENTIAL_FIELDS = {
+    "username_password": ("username", "password"),
+    "totp": ("seed",),
+    "api_token": ("token",),
+}
 
 
 def _inputs(pairs: Sequence[str]) -> dict[str, str]:
@@ -46,6 +54,55 @@ def _finished(run: Run, as_json: bool) -> int:
     if run.finished and run.status != "succeeded":
         return RUN_DID_NOT_SUCCEED
     return OK
+
+
+def _credential_values(kind: str) -> dict[str, str]:
+    """The secret, never from the command line (``ps`` shows it to other users): typed at a
+    prompt, or a JSON object on standard input (``< values.json``) when it is not a terminal."""
+    if not sys.stdin.isatty():
+        values = json.load(sys.stdin)
+        if not isinstance(values, dict):
+            raise SystemExit('pandaweb: standard input is a JSON object, {"password": "…"}')
+        return {str(k): str(v) for k, v in values.items()}
+    values = {}
+    for name in CREDENTIAL_FIELDS[kind]:
+        prompt = f"{name}: "
+        values[name] = input(prompt) if name == "username" else getpass.getpass(prompt)
+    return values
+
+
+def _listed(args: argparse.Namespace, raw: list[dict[str, Any]], lines: list[str]) -> int:
+    if args.json:
+        _print(raw)
+    else:
+        for line in lines:
+            print(line)
+    return OK
+
+
+def _template_line(template: SessionTemplate) -> str:
+    line = f"session template of {template.workflow} v{template.version}: {template.status}"
+    reason = template.failure_reason or template.stale_reason
+    return f"{line} ({reason})" if reason else line
+
+
+def _schedule_line(schedule: Schedule) -> str:
+    line = f"schedule #{schedule.id} {schedule.workflow} '{schedule.name}': {schedule.in_words}"
+    if schedule.paused:
+        return f"{line}, paused"
+    if schedule.next_times:
+        line += f", next {schedule.next_times[0].isoformat()}"
+    return line
+
+
+def _draft_lines(draft: Draft) -> str:
+    lines = [f"draft of {draft.workflow}: {len(draft.problems)} problems, "
+             f"{len(draft.warnings)} warnings"]  # fmt: skip
+    for kind, entries in (("problem", draft.problems), ("warning", draft.warnings)):
+        lines += [
+            f"  {kind}: {e.get('where') or e.get('field')}: {e.get('message')}" for e in entries
+        ]
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -91,6 +148,66 @@ def main(argv: Sequence[str] | None = None) -> int:
     bundle.add_argument("run_id", type=int)
     bundle.add_argument("path")
 
+    workflows = commands.add_parser("workflows", help="import, publish, bake workflows")
+    on_workflow = workflows.add_subparsers(dest="action", required=True)
+    on_workflow.add_parser("list", help="workflows with a published version")
+    imported = on_workflow.add_parser("import", help="a workflow file becomes a draft")
+    imported.add_argument("file", help="the workflow file (YAML, or JSON ending in .json)")
+    draft = on_workflow.add_parser("draft", help="the draft's problems and warnings")
+    draft.add_argument("workflow")
+    publish = on_workflow.add_parser("publish", help="the draft becomes the next version")
+    publish.add_argument("workflow")
+    publish.add_argument("-m", "--message", required=True, help="what changed")
+    publish.add_argument("--accept-warnings", action="store_true")
+    publish.add_argument("--idempotency-key")
+    versions = on_workflow.add_parser("versions", help="the published versions, newest first")
+    versions.add_argument("workflow")
+    template = on_workflow.add_parser("template", help="the session template's status")
+    template.add_argument("workflow")
+    bake = on_workflow.add_parser("bake", help="bake the session template again")
+    bake.add_argument("workflow")
+    bake.add_argument("--wait", action="store_true", help="until it is ready or failed")
+    bake.add_argument("--timeout", type=float, default=300.0)
+
+    credentials = commands.add_parser(
+        "credentials", help="list, store, replace credentials (values typed at a prompt)"
+    )
+    on_credential = credentials.add_subparsers(dest="action", required=True)
+    on_credential.add_parser("list", help="names, kinds, the workflows using them; no values")
+    store = on_credential.add_parser(
+        "add", help="store one; its values at a prompt, or as JSON on standard input"
+    )
+    store.add_argument("name")
+    store.add_argument("--kind", choices=sorted(CREDENTIAL_FIELDS), default="username_password")
+    store.add_argument("--description", default="")
+    replace = on_credential.add_parser("replace", help="replace a credential's value")
+    replace.add_argument("name")
+    replace.add_argument("--kind", choices=sorted(CREDENTIAL_FIELDS), default="username_password")
+
+    schedules = commands.add_parser("schedules", help="launch a workflow on a cron schedule")
+    on_schedule = schedules.add_subparsers(dest="action", required=True)
+    listed = on_schedule.add_parser("list", help="schedules with their next launch")
+    listed.add_argument("--workflow")
+    add = on_schedule.add_parser("add", help="pandaweb schedules add SLUG --name … --cron …")
+    add.add_argument("workflow")
+    add.add_argument("inputs", nargs="*", metavar="name=value")
+    add.add_argument("--name", required=True)
+    add.add_argument("--cron", required=True, help="five fields, e.g. '0 6 * * 1-5'")
+    add.add_argument("--timezone", default="UTC")
+    add.add_argument("--overlap", choices=["skip", "queue_one"])
+    add.add_argument("--missed", choices=["run_once", "skip"])
+    add.add_argument("--paused", action="store_true", help="launch nothing until resumed")
+    for action, what in (("pause", "pause"), ("resume", "resume"), ("delete", "delete")):
+        one = on_schedule.add_parser(action, help=f"{what} a schedule")
+        one.add_argument("schedule_id", type=int)
+
+    batch = commands.add_parser("batch", help="one run per row of a CSV file")
+    batch.add_argument("workflow")
+    batch.add_argument("file", help="a header line naming the parameters, one run per line")
+    batch.add_argument("--launch-valid-rows", action="store_true",
+                       help="launch the valid rows, keep the others back")  # fmt: skip
+    batch.add_argument("--idempotency-key")
+
     args = parser.parse_args(argv)
     token = os.environ.get("PANDAWEB_TOKEN", "")
     if not args.url or not token:
@@ -109,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _command(client: Client, args: argparse.Namespace) -> int:
+    if args.command in MANAGING:
+        return MANAGING[args.command](client, args)
     if args.command == "launch":
         run = client.launch(
             args.workflow,
@@ -169,6 +288,113 @@ def _command(client: Client, args: argparse.Namespace) -> int:
         print(client.download_bundle(args.run_id, args.path))
         return OK
     raise AssertionError(args.command)  # pragma: no cover
+
+
+def _workflows(client: Client, args: argparse.Namespace) -> int:
+    if args.action == "list":
+        workflows = client.workflows()
+        return _listed(args, [w.raw for w in workflows],
+                       [f"{w.slug} v{w.latest_version}: {w.name}" for w in workflows])  # fmt: skip
+    if args.action == "import":
+        workflow = client.import_workflow(args.file)
+        _print(workflow.raw) if args.json else print(f"imported {workflow.slug} as a draft")
+        return OK
+    if args.action == "draft":
+        draft = client.draft(args.workflow)
+        _print(draft.raw) if args.json else print(_draft_lines(draft))
+        return OK
+    if args.action == "publish":
+        version = client.publish(
+            args.workflow,
+            args.message,
+            accept_warnings=args.accept_warnings,
+            idempotency_key=args.idempotency_key,
+        )
+        _print(version.raw) if args.json else print(f"published {args.workflow} v{version.number}")
+        return OK
+    if args.action == "versions":
+        versions = client.versions(args.workflow)
+        return _listed(args, [v.raw for v in versions],
+                       [f"v{v.number} by {v.author}: {v.message}" for v in versions])  # fmt: skip
+    template = (
+        client.session_template(args.workflow)
+        if args.action == "template"
+        else client.bake_session_template(args.workflow)
+    )
+    if args.action == "bake" and args.wait:
+        template = client.wait_session_template(args.workflow, timeout=args.timeout)
+    _print(template.raw) if args.json else print(_template_line(template))
+    return OK if template.status not in {"failed", "stale"} else RUN_DID_NOT_SUCCEED
+
+
+def _credentials(client: Client, args: argparse.Namespace) -> int:
+    if args.action == "list":
+        credentials = client.credentials()
+        return _listed(
+            args,
+            [c.raw for c in credentials],
+            [f"{c.name} ({c.kind}), used by {', '.join(c.used_by) or 'no workflow'}"
+             for c in credentials],
+        )  # fmt: skip
+    values = _credential_values(args.kind)
+    if args.action == "add":
+        stored = client.store_credential(args.name, args.kind, values, description=args.description)
+        _print(stored.raw) if args.json else print(f"stored {stored.name}")
+        return OK
+    replaced = client.replace_credential_value(args.name, values)
+    _print(replaced.raw) if args.json else print(f"replaced the value of {replaced.name}")
+    return OK
+
+
+def _schedules(client: Client, args: argparse.Namespace) -> int:
+    if args.action == "list":
+        schedules = client.schedules(workflow=args.workflow)
+        return _listed(args, [s.raw for s in schedules], [_schedule_line(s) for s in schedules])
+    if args.action == "delete":
+        client.delete_schedule(args.schedule_id)
+        print(f"deleted schedule #{args.schedule_id}")
+        return OK
+    if args.action == "add":
+        schedule = client.create_schedule(
+            args.workflow,
+            args.name,
+            args.cron,
+            timezone=args.timezone,
+            inputs=_inputs(args.inputs),
+            overlap=args.overlap,
+            missed=args.missed,
+            paused=args.paused,
+        )
+    else:
+        schedule = client.change_schedule(args.schedule_id, paused=args.action == "pause")
+    _print(schedule.raw) if args.json else print(_schedule_line(schedule))
+    return OK
+
+
+def _batch(client: Client, args: argparse.Namespace) -> int:
+    made = client.launch_batch_csv(
+        args.workflow,
+        args.file,
+        launch_valid_rows=args.launch_valid_rows,
+        idempotency_key=args.idempotency_key,
+    )
+    if args.json:
+        _print(made.raw)
+        return OK
+    counts = ", ".join(f"{n} {label}" for label, n in sorted(made.counts.items()))
+    print(f"batch #{made.id} of {made.workflow}: {made.total} rows ({counts})")
+    for problem in made.invalid:
+        print(f"  kept back: row {problem['row']} {problem['field']}: {problem['message']}")
+    return OK
+
+
+# The commands that manage what runs (each with its own actions), besides the runs' own.
+MANAGING: dict[str, Callable[[Client, argparse.Namespace], int]] = {
+    "workflows": _workflows,
+    "credentials": _credentials,
+    "schedules": _schedules,
+    "batch": _batch,
+}
 
 
 if __name__ == "__main__":

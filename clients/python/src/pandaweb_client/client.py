@@ -7,21 +7,27 @@ says no, so a caller sees the same words and field paths the dashboard shows.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 
+Found = TypeVar("Found")
 # A run in one of these will not change again; in one of these it waits for a person.
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired", "interrupted"})
 WAITING_STATUSES = frozenset({"awaiting_approval", "awaiting_answer", "needs_reconciliation"})
-# Launching again after a dropped connection is safe (the same Idempotency-Key and body return
-# the same run), so a launch is tried this many times before the error reaches the caller.
+# Sending again after a dropped connection is safe (the same Idempotency-Key and body return
+# the same run, version or batch), so a launch, a publish or a batch is tried this many times
+# before the error reaches the caller.
 LAUNCH_ATTEMPTS = 3
+# A session template in one of these changes only when someone bakes it again.
+SETTLED_TEMPLATE_STATUSES = frozenset({"ready", "failed", "stale", "never baked"})
 
 
 class ApiError(Exception):
@@ -70,6 +76,13 @@ class Run:
     def pending_approvals(self) -> list[dict[str, Any]]:
         return [a for a in self.raw.get("approvals") or [] if a.get("status") == "pending"]
 
+    @property
+    def callback(self) -> dict[str, Any] | None:
+        """``{"url": …, "secret": "whsec_…"}`` of a launch with ``callback_url``: verify each
+        delivery with the secret (any Standard Webhooks library)."""
+        callback = self.raw.get("callback")
+        return dict(callback) if callback else None
+
 
 @dataclass(frozen=True)
 class Approval:
@@ -102,6 +115,211 @@ class Event:
     id: str
     type: str
     data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Workflow:
+    slug: str
+    name: str
+    latest_version: int | None
+    archived: bool
+    # The settings the next published version carries (the file's settings block); present on
+    # a single workflow's answer, empty in a list.
+    settings: dict[str, Any]
+    has_draft: bool
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Workflow:
+        return cls(
+            slug=str(data["slug"]),
+            name=str(data.get("name") or ""),
+            latest_version=data.get("latest_version"),
+            archived=bool(data.get("archived")),
+            settings=dict(data.get("settings") or {}),
+            has_draft=bool(data.get("has_draft")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Draft:
+    """The draft as it would publish: ``problems`` block publishing, ``warnings`` need
+    accepting; each ``{"field": "steps.1.target", "where": "step 2 …", "message": …}``."""
+
+    workflow: str
+    document: dict[str, Any]
+    problems: list[dict[str, Any]]
+    warnings: list[dict[str, Any]]
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Draft:
+        return cls(
+            workflow=str(data["workflow"]),
+            document=dict(data.get("document") or {}),
+            problems=list(data.get("problems") or []),
+            warnings=list(data.get("warnings") or []),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Version:
+    number: int
+    author: str | None
+    message: str
+    content_hash: str
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Version:
+        return cls(
+            number=int(data["number"]),
+            author=data.get("author"),
+            message=str(data.get("message") or ""),
+            content_hash=str(data.get("content_hash") or ""),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class SessionTemplate:
+    """The session runs of ``workflow``'s latest version fork: ``status`` is ``ready``,
+    ``baking``, ``never baked``, ``stale`` (``stale_reason``) or ``failed``
+    (``failure_reason``)."""
+
+    workflow: str
+    version: int
+    status: str
+    failure_reason: str
+    stale_reason: str
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> SessionTemplate:
+        return cls(
+            workflow=str(data["workflow"]),
+            version=int(data["version"]),
+            status=str(data["status"]),
+            failure_reason=str(data.get("failure_reason") or ""),
+            stale_reason=str(data.get("stale_reason") or ""),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A stored secret's facts; its value never comes back."""
+
+    name: str
+    kind: str
+    description: str
+    used_by: list[str]
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Credential:
+        return cls(
+            name=str(data["name"]),
+            kind=str(data["kind"]),
+            description=str(data.get("description") or ""),
+            used_by=list(data.get("used_by") or []),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    id: int
+    workflow: str
+    name: str
+    cron: str
+    timezone: str
+    in_words: str
+    inputs: dict[str, Any]
+    paused: bool
+    owner: str
+    # The next five launch times, aware; none while paused.
+    next_times: list[datetime]
+    last_run: int | None
+    last_outcome: str
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Schedule:
+        return cls(
+            id=int(data["id"]),
+            workflow=str(data["workflow"]),
+            name=str(data.get("name") or ""),
+            cron=str(data["cron"]),
+            timezone=str(data.get("timezone") or ""),
+            in_words=str(data.get("in_words") or ""),
+            inputs=dict(data.get("inputs") or {}),
+            paused=bool(data.get("paused")),
+            owner=str(data.get("owner") or ""),
+            next_times=[datetime.fromisoformat(t) for t in data.get("next_times") or []],
+            last_run=data.get("last_run"),
+            last_outcome=str(data.get("last_outcome") or ""),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One run per row: ``rows`` each with its ``row``, ``inputs``, ``status``, ``run`` and
+    ``approval``; ``invalid`` the problems of rows kept back (``row``, ``field``, ``message``)."""
+
+    id: int
+    workflow: str
+    total: int
+    settled: int
+    done: bool
+    counts: dict[str, int]
+    rows: list[dict[str, Any]]
+    invalid: list[dict[str, Any]]
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Batch:
+        return cls(
+            id=int(data["id"]),
+            workflow=str(data["workflow"]),
+            total=int(data.get("total") or 0),
+            settled=int(data.get("settled") or 0),
+            done=bool(data.get("done")),
+            counts=dict(data.get("counts") or {}),
+            rows=list(data.get("rows") or []),
+            invalid=list(data.get("invalid") or []),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A webhook subscription; ``secret`` (``whsec_…``) only in the answer that made it."""
+
+    id: int
+    name: str
+    url: str
+    events: list[str]
+    workflow: str | None
+    active: bool
+    secret: str
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Webhook:
+        return cls(
+            id=int(data["id"]),
+            name=str(data.get("name") or ""),
+            url=str(data["url"]),
+            events=list(data.get("events") or []),
+            workflow=data.get("workflow"),
+            active=bool(data.get("active")),
+            secret=str(data.get("secret") or ""),
+            raw=data,
+        )
 
 
 class Client:
@@ -142,15 +360,7 @@ class Client:
             body["priority"] = priority
         if callback_url is not None:
             body["callback_url"] = callback_url
-        headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
-        for attempt in range(1, LAUNCH_ATTEMPTS + 1):
-            try:
-                return Run.of(self._json("POST", "/runs/", json=body, headers=headers))
-            except httpx2.TransportError:
-                if attempt == LAUNCH_ATTEMPTS:
-                    raise
-                time.sleep(0.5 * attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return Run.of(self._post_once("/runs/", idempotency_key, json=body))
 
     def run(self, run_id: int) -> Run:
         return Run.of(self._json("GET", f"/runs/{run_id}"))
@@ -179,16 +389,12 @@ class Client:
         """The run once its status is one of ``until`` (by default: finished, or waiting for a
         person); TimeoutError after ``timeout`` seconds."""
         wanted = frozenset(until)
-        deadline = time.monotonic() + timeout
-        pause = 0.25
-        while True:
-            run = self.run(run_id)
-            if run.status in wanted:
-                return run
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"run #{run_id} is still {run.status} after {timeout:.0f} s")
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, 5.0)
+        return self._poll(
+            lambda: self.run(run_id),
+            lambda run: run.status in wanted,
+            timeout=timeout,
+            what=f"run #{run_id}",
+        )
 
     def answer(self, run_id: int, answer: str) -> dict[str, Any]:
         """Answer the question the run waits at (an ``ask`` step)."""
@@ -224,6 +430,203 @@ class Client:
             "reason": reason,
         }
         return Approval.of(self._json("POST", f"/approvals/{approval_id}/decision", json=body))
+
+    # Workflows ------------------------------------------------------------------------------
+
+    def workflows(self, *, archived: bool = False) -> list[Workflow]:
+        """Workflows with a published version (``archived=True``: the archived ones)."""
+        params = {"archived": "true"} if archived else {}
+        return [Workflow.of(item) for item in self._json("GET", "/workflows/", params=params)]
+
+    def workflow(self, slug: str) -> Workflow:
+        return Workflow.of(self._json("GET", f"/workflows/{slug}"))
+
+    def import_workflow(self, source: bytes | str | os.PathLike[str]) -> Workflow:
+        """A workflow file (its content as bytes, or a path; YAML, or JSON for a ``.json``
+        path) becomes the draft of the workflow with its slug, or a new workflow. A refused
+        file raises ApiError with one entry per problem (``field``, ``where``, ``line``)."""
+        if isinstance(source, bytes):
+            content, kind = source, "application/yaml"
+        else:
+            path = Path(source)
+            content = path.read_bytes()
+            kind = "application/json" if path.suffix.lower() == ".json" else "application/yaml"
+        return Workflow.of(
+            self._json("POST", "/workflows/import", content=content, headers={"Content-Type": kind})
+        )
+
+    def draft(self, slug: str) -> Draft:
+        """The draft with its problems and warnings; ApiError 404 when there is none."""
+        return Draft.of(self._json("GET", f"/workflows/{slug}/draft"))
+
+    def start_draft(self, slug: str) -> Draft:
+        """A draft from the latest published version, or the draft there is."""
+        return Draft.of(self._json("POST", f"/workflows/{slug}/draft"))
+
+    def change_settings(self, slug: str, **settings: Any) -> Workflow:
+        """Change the settings named (``step_budget=30``, ``approval_quorum=2``,
+        ``credentials=["bank-portal"]``, …); they go into the draft, started when there is
+        none, and reach runs once it is published."""
+        return Workflow.of(self._json("PATCH", f"/workflows/{slug}/settings", json=settings))
+
+    def publish(
+        self,
+        slug: str,
+        message: str,
+        *,
+        accept_warnings: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Version:
+        """The draft becomes the next version. Retried on a dropped connection with the same
+        Idempotency-Key, so it never publishes twice. A draft with problems is a 422, one with
+        warnings a 409 (``problem["warnings"]``) until ``accept_warnings``."""
+        body = {"message": message, "accept_warnings": accept_warnings}
+        return Version.of(self._post_once(f"/workflows/{slug}/publish", idempotency_key, json=body))
+
+    def versions(self, slug: str) -> list[Version]:
+        """The published versions, newest first."""
+        return [Version.of(item) for item in self._json("GET", f"/workflows/{slug}/versions")]
+
+    def session_template(self, slug: str) -> SessionTemplate:
+        """The session template the latest version's runs fork; 404 when it logs in none."""
+        return SessionTemplate.of(self._json("GET", f"/workflows/{slug}/session-template"))
+
+    def bake_session_template(self, slug: str) -> SessionTemplate:
+        """Log in again now (the workflow page's Re-bake): queued, ``status`` is ``baking``."""
+        return SessionTemplate.of(self._json("POST", f"/workflows/{slug}/session-template/bake"))
+
+    def wait_session_template(self, slug: str, *, timeout: float = 300.0) -> SessionTemplate:
+        """The session template once it is no longer baking (``ready``, or ``failed`` with its
+        reason); TimeoutError after ``timeout`` seconds."""
+        return self._poll(
+            lambda: self.session_template(slug),
+            lambda template: template.status in SETTLED_TEMPLATE_STATUSES,
+            timeout=timeout,
+            what=f"the session template of {slug}",
+        )
+
+    # Credentials ----------------------------------------------------------------------------
+
+    def credentials(self) -> list[Credential]:
+        """Every credential by name, with the workflows that use it; never a value."""
+        return [Credential.of(item) for item in self._json("GET", "/credentials/")]
+
+    def store_credential(
+        self, name: str, kind: str, values: dict[str, str], *, description: str = ""
+    ) -> Credential:
+        """Store a secret: ``kind`` ``username_password`` (``values``: username, password),
+        ``totp`` (seed) or ``api_token`` (token). Nothing answers the value back."""
+        body = {"name": name, "kind": kind, "description": description, "values": values}
+        return Credential.of(self._json("POST", "/credentials/", json=body))
+
+    def replace_credential_value(self, name: str, values: dict[str, str]) -> Credential:
+        """The portal's password changed: runs from now on type the new value."""
+        return Credential.of(
+            self._json("POST", f"/credentials/{name}/value", json={"values": values})
+        )
+
+    # Schedules ------------------------------------------------------------------------------
+
+    def schedules(self, *, workflow: str | None = None) -> list[Schedule]:
+        params = {"workflow": workflow} if workflow else {}
+        return [Schedule.of(item) for item in self._json("GET", "/schedules/", params=params)]
+
+    def schedule(self, schedule_id: int) -> Schedule:
+        return Schedule.of(self._json("GET", f"/schedules/{schedule_id}"))
+
+    def create_schedule(
+        self,
+        workflow: str,
+        name: str,
+        cron: str,
+        *,
+        timezone: str = "UTC",
+        inputs: dict[str, Any] | None = None,
+        overlap: str | None = None,
+        missed: str | None = None,
+        paused: bool = False,
+    ) -> Schedule:
+        """Launch ``workflow``'s latest version on ``cron`` (five fields) in ``timezone``, with
+        fixed ``inputs``, as the token's owner. ``overlap``: ``skip`` or ``queue_one``;
+        ``missed``: ``run_once`` or ``skip``."""
+        body: dict[str, Any] = {
+            "workflow": workflow,
+            "name": name,
+            "cron": cron,
+            "timezone": timezone,
+            "inputs": inputs or {},
+            "paused": paused,
+        }
+        if overlap is not None:
+            body["overlap"] = overlap
+        if missed is not None:
+            body["missed"] = missed
+        return Schedule.of(self._json("POST", "/schedules/", json=body))
+
+    def change_schedule(self, schedule_id: int, **changes: Any) -> Schedule:
+        """Change the fields named (``cron=``, ``inputs=`` replacing all of them,
+        ``paused=True`` to pause, ``False`` to resume); whoever changes it becomes its owner."""
+        return Schedule.of(self._json("PATCH", f"/schedules/{schedule_id}", json=changes))
+
+    def delete_schedule(self, schedule_id: int) -> None:
+        """It launches nothing more; the runs it launched stay."""
+        self._raise_for(self._http.request("DELETE", f"/schedules/{schedule_id}"))
+
+    # Batches --------------------------------------------------------------------------------
+
+    def launch_batch(
+        self,
+        workflow: str,
+        rows: Iterable[dict[str, Any]],
+        *,
+        launch_valid_rows: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Batch:
+        """One run per row. Any invalid row refuses the whole batch (ApiError 422, ``errors``
+        naming each ``row`` and ``field``) unless ``launch_valid_rows``. Retried like a
+        launch."""
+        body = {"workflow": workflow, "rows": list(rows), "launch_valid_rows": launch_valid_rows}
+        return Batch.of(self._post_once("/batches/", idempotency_key, json=body))
+
+    def launch_batch_csv(
+        self,
+        workflow: str,
+        source: bytes | str | os.PathLike[str],
+        *,
+        launch_valid_rows: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Batch:
+        """The batch page's CSV file (its content as bytes, or a path): a header line naming
+        the parameters, one run per line."""
+        content = source if isinstance(source, bytes) else Path(source).read_bytes()
+        params = {"workflow": workflow, "launch_valid_rows": str(launch_valid_rows).lower()}
+        return Batch.of(
+            self._post_once(
+                "/batches/csv",
+                idempotency_key,
+                params=params,
+                content=content,
+                headers={"Content-Type": "text/csv"},
+            )
+        )
+
+    def batch(self, batch_id: int) -> Batch:
+        return Batch.of(self._json("GET", f"/batches/{batch_id}"))
+
+    # Webhooks -------------------------------------------------------------------------------
+
+    def webhooks(self) -> list[Webhook]:
+        return [Webhook.of(item) for item in self._json("GET", "/webhooks/")]
+
+    def create_webhook(
+        self, name: str, url: str, events: Iterable[str], *, workflow: str | None = None
+    ) -> Webhook:
+        """A subscription (an administrator's token); the answer carries its ``secret`` once."""
+        body = {"name": name, "url": url, "events": list(events), "workflow": workflow}
+        return Webhook.of(self._json("POST", "/webhooks/", json=body))
+
+    def delete_webhook(self, subscription_id: int) -> None:
+        self._raise_for(self._http.request("DELETE", f"/webhooks/{subscription_id}"))
 
     # Events ---------------------------------------------------------------------------------
 
@@ -264,6 +667,39 @@ class Client:
         response = self._http.request(method, path, **kwargs)
         self._raise_for(response)
         return response.json()
+
+    def _post_once(self, path: str, idempotency_key: str | None, **kwargs: Any) -> Any:
+        """POST with an Idempotency-Key (made up when none is given), sent again with the same
+        key after a dropped connection: the server answers the first one's result."""
+        headers = {
+            **kwargs.pop("headers", {}),
+            "Idempotency-Key": idempotency_key or uuid.uuid4().hex,
+        }
+        for attempt in range(1, LAUNCH_ATTEMPTS + 1):
+            try:
+                return self._json("POST", path, headers=headers, **kwargs)
+            except httpx2.TransportError:
+                if attempt == LAUNCH_ATTEMPTS:
+                    raise
+                time.sleep(0.5 * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _poll(
+        read: Callable[[], Found], done: Callable[[Found], bool], *, timeout: float, what: str
+    ) -> Found:
+        """``read()`` until ``done`` says so, pausing longer each time (up to 5 s)."""
+        deadline = time.monotonic() + timeout
+        pause = 0.25
+        while True:
+            found = read()
+            if done(found):
+                return found
+            if time.monotonic() >= deadline:
+                status = getattr(found, "status", "unchanged")
+                raise TimeoutError(f"{what} is still {status} after {timeout:.0f} s")
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 5.0)
 
     @staticmethod
     def _raise_for(response: httpx2.Response, *, streamed: bool = False) -> None:
