@@ -119,6 +119,8 @@ def live_stack(
         "PANDAWEB_CELERY_QUEUE": f"e2e-{secrets.token_hex(4)}",
         "PANDAWEB_ASSIST_URL": fake_model[1],
         "PANDAWEB_ASSIST_MODEL": "fake-model",
+        # Launches may name a callback on loopback, where the tests' receivers listen.
+        "PANDAWEB_CALLBACK_HOSTS": "127.0.0.1",
         "PYTHONUNBUFFERED": "1",
     }
     scale_out = bool(env.get("REDIS_URL"))
