@@ -13,6 +13,7 @@ would: ``pw_…`` with a token of the variable's owner, ``42`` with the run the 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -112,10 +113,18 @@ class Reader:
             f'"{sys.executable}" "{ROOT}/manage.py" "$@"; else "{sys.executable}" "$@"; fi; }}\n'
             'curl() { command curl --fail-with-body --max-time 60 "$@"; }\n' + self.fill(command)
         )
+        # The reader's shell has the project's virtualenv active (``pandaweb`` on the PATH) and
+        # the client command's token set, as docs/api.md says for its examples.
+        environment = {
+            **self.stack.env,
+            **self.tokens,
+            "PANDAWEB_TOKEN": self.tokens["TOKEN"],
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{self.stack.env.get('PATH', '')}",
+        }
         result = subprocess.run(
             ["bash", "-c", script],
             cwd=self.cwd,
-            env={**self.stack.env, **self.tokens},
+            env=environment,
             capture_output=True,
             text=True,
             timeout=120,
