@@ -208,7 +208,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="launch the valid rows, keep the others back")  # fmt: skip
     batch.add_argument("--idempotency-key")
 
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # argparse takes the name=value inputs only before the first option; after it they are
+    # left over, and still inputs.
+    if extra and "inputs" in args and all("=" in e and not e.startswith("-") for e in extra):
+        args.inputs += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     token = os.environ.get("PANDAWEB_TOKEN", "")
     if not args.url or not token:
         parser.error("set --url (or PANDAWEB_URL) and PANDAWEB_TOKEN (a token from your profile)")
