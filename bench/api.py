@@ -1,11 +1,13 @@
 """API benchmark: launches per second accepted by POST /api/v1/runs/ (queueing only: execution is
-switched off, runs stay queued) and GET /api/v1/runs/{id} / the run list with 10,000 runs and
-100,000 steps in PostgreSQL.
+switched off, runs stay queued), GET /api/v1/runs/{id} / the run list with 10,000 runs and
+100,000 steps in PostgreSQL, and the event stream's latency from a step's commit to 1 and to 50
+clients connected to daphne (``api_events.py``).
 
 Server time is the Django handler's own time for one request (every middleware, token check, rate
 limit, queries, JSON), measured in-process with Django's test client, so loopback networking and
 the ASGI server are not in it. Also checks that GET run and the list issue the same number of
-queries on a small and on the full data set.
+queries on a small and on the full data set. Redis (``--redis-url``) carries the channel layer and
+the rate limit counters, as on the scale-out stack.
 
     .venv/bin/python bench/api.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
 """
@@ -26,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import api_events
 from _harness import ROOT, load_line
 
 
@@ -56,11 +59,15 @@ def line(label: str, values: list[float]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/9")
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--steps-per-run", type=int, default=10)
     parser.add_argument("--samples", type=int, default=500)
     parser.add_argument("--launch-seconds", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--stream-clients", type=int, default=50)
+    parser.add_argument("--stream-events", type=int, default=20, help="step events a round")
+    parser.add_argument("--stream-rounds", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     parser.add_argument(
         "--profile", action="store_true", help="print where GET run spends its time (cProfile)"
@@ -72,6 +79,7 @@ def main() -> int:
     os.environ.update(
         {
             "DATABASE_URL": database_url,
+            "REDIS_URL": args.redis_url,
             "PANDAWEB_DATA_DIR": str(data_dir),
             "PANDAWEB_ALLOWED_HOSTS": "testserver",
             "PANDAWEB_RUN_EXECUTION": "thread",
@@ -87,7 +95,7 @@ def main() -> int:
     ensure_local_files()
     django.setup()
     try:
-        return _bench(args)
+        return _bench(args, data_dir)
     finally:
         from django.db import connections
 
@@ -96,7 +104,7 @@ def main() -> int:
             admin.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
 
 
-def _bench(args: argparse.Namespace) -> int:
+def _bench(args: argparse.Namespace, data_dir: Path) -> int:
     import logging
 
     from django.core.management import call_command
@@ -109,7 +117,7 @@ def _bench(args: argparse.Namespace) -> int:
     from pandaweb.core.roles import Role
     from pandaweb.core.services import roles_sync
     from sessions import services as run_services
-    from sessions.models import Run, StepResult
+    from sessions.models import Run, RunEvent, StepResult
     from tests.factories import user_with_role
     from workflows import services as workflow_services
 
@@ -169,6 +177,7 @@ def _bench(args: argparse.Namespace) -> int:
                     "iban": "DE97 2004 0060 0123 4567 89",
                 },
                 outputs={"reference": f"PAY-{made + i}"},
+                last_event_seq=args.steps_per_run,
             )
             for i in range(count)
         )
@@ -188,6 +197,12 @@ def _bench(args: argparse.Namespace) -> int:
                 observation_chars=2400,
                 screenshot=f"steps/{s:03}.jpg",
             )
+            for run in runs
+            for s in range(args.steps_per_run)
+        )
+        # Each step's event in the runs' logs, which the event stream reads.
+        RunEvent.objects.bulk_create(
+            RunEvent(run=run, seq=s + 1, type="step", payload={"index": s, "status": "succeeded"})
             for run in runs
             for s in range(args.steps_per_run)
         )
@@ -301,10 +316,16 @@ def _bench(args: argparse.Namespace) -> int:
     rate = len(done) / (time.perf_counter() - started)
     print(line(f"POST /runs/ ({args.threads} threads)", done))
     print(f"launches accepted: {rate:.0f}/s with {args.threads} threads (one process)")
-    print(f"end: {load_line()}")
     assert Run.objects.filter(status="queued", idempotency_key__startswith="seq-").count() == len(
         launches
     )
+
+    # The event stream ----------------------------------------------------------------------------
+    api_events.measure(
+        data_dir=data_dir, operator=operator, run_ids=ids, clients=args.stream_clients,
+        events=args.stream_events, rounds=args.stream_rounds,
+    )  # fmt: skip
+    print(f"end: {load_line()}")
     return 0
 
 
