@@ -6,8 +6,8 @@ clients connected to daphne (``api_events.py``).
 Server time is the Django handler's own time for one request (every middleware, token check, rate
 limit, queries, JSON), measured in-process with Django's test client, so loopback networking and
 the ASGI server are not in it. Also checks that GET run and the list issue the same number of
-queries on a small and on the full data set. Redis (``--redis-url``) carries the channel layer and
-the rate limit counters, as on the scale-out stack.
+queries on a small and on the full data set. The event stream's part runs on the scale-out
+stack's channel layer (Redis, ``--redis-url``).
 
     .venv/bin/python bench/api.py --database-url postgresql://postgres@127.0.0.1:5432/postgres
 """
@@ -79,7 +79,6 @@ def main() -> int:
     os.environ.update(
         {
             "DATABASE_URL": database_url,
-            "REDIS_URL": args.redis_url,
             "PANDAWEB_DATA_DIR": str(data_dir),
             "PANDAWEB_ALLOWED_HOSTS": "testserver",
             "PANDAWEB_RUN_EXECUTION": "thread",
@@ -322,7 +321,8 @@ def _bench(args: argparse.Namespace, data_dir: Path) -> int:
 
     # The event stream ----------------------------------------------------------------------------
     api_events.measure(
-        data_dir=data_dir, operator=operator, run_ids=ids, clients=args.stream_clients,
+        data_dir=data_dir, redis_url=args.redis_url, operator=operator, run_ids=ids,
+        clients=args.stream_clients,
         events=args.stream_events, rounds=args.stream_rounds,
     )  # fmt: skip
     print(f"end: {load_line()}")

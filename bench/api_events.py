@@ -1,7 +1,8 @@
 """The event stream's fan-out, for ``bench/api.py`` (not a benchmark of its own).
 
 daphne serves the real ASGI application as its own process (``manage.py up``'s command, scale-out
-settings: the benchmark's PostgreSQL database and Redis for the channel layer, no run execution).
+settings: the benchmark's PostgreSQL database and Redis, no run execution); the benchmark process
+sends its channel-layer messages through the same Redis.
 Clients open ``GET /api/v1/events`` over real HTTP on loopback (several tokens: each may hold only
 a few streams) and read every chunk as it comes. The benchmark process then commits step events
 one at a time the way the runner's writer does (``lock_run`` + ``event_append`` in one
@@ -144,6 +145,7 @@ def _answers(url: str) -> bool:
 def measure(
     *,
     data_dir: Path,
+    redis_url: str,
     operator: Any,
     run_ids: list[int],
     clients: int,
@@ -151,7 +153,7 @@ def measure(
     rounds: int,
 ) -> None:
     from django.db import connection, transaction
-    from django.test.utils import CaptureQueriesContext
+    from django.test.utils import CaptureQueriesContext, override_settings
 
     from pandaweb.api import events_stream
     from pandaweb.api.services import token_create
@@ -163,8 +165,8 @@ def measure(
     def tokens(count: int) -> list[str]:
         return [
             token_create(
-                actor=operator, owner=operator, name=f"bench-events-{next(made)}", scopes=["runs:read"],
-                expires_at=None,
+                actor=operator, owner=operator, name=f"bench-events-{next(made)}",
+                scopes=["runs:read"], expires_at=None,
             )[1]
             for _ in range(count)
         ]  # fmt: skip
@@ -184,6 +186,7 @@ def measure(
     rng = random.Random(30)  # noqa: S311
     # What one read of a stream costs the server, measured here on the server's own function.
     token = tokens(1)[0]
+    events_stream.events_read(raw_token=token, after=0, flt=events_stream.StreamFilter())
     latest = RunEvent.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
     with CaptureQueriesContext(connection) as nothing_new:
         events_stream.events_read(raw_token=token, after=latest, flt=events_stream.StreamFilter())
@@ -195,9 +198,20 @@ def measure(
         f"{len(one_new)} with one step event"
     )
 
+    # The channel layer settings.py makes from REDIS_URL, here only: the rest of bench/api.py
+    # measures without Redis.
+    channel_layers = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": redis_url}], "prefix": "pandaweb:channels"},
+        }
+    }
     port = free_port()
     env = {
         **os.environ,
+        "REDIS_URL": redis_url,
+        # Names daphne's database sessions, to count them.
+        "PGAPPNAME": "bench-daphne",
         "PANDAWEB_PORT": str(port),
         "PANDAWEB_ALLOWED_HOSTS": "127.0.0.1",
         # The dashboard of the scale-out stack: it serves, workers (none here) execute.
@@ -212,6 +226,8 @@ def measure(
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     loop = ClientLoop()
+    layer = override_settings(CHANNEL_LAYERS=channel_layers)
+    layer.enable()
     try:
         url = f"http://127.0.0.1:{port}/api/v1/events"
         wait_for(lambda: daphne.poll() is not None or _answers(url), 60, "daphne")
@@ -224,6 +240,12 @@ def measure(
                 streams, tasks = loop.run(
                     _open(port, tokens(math.ceil(count / events_stream.STREAMS_PER_TOKEN)), count)
                 )
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                        ["bench-daphne"],
+                    )
+                    held = cursor.fetchone()[0]
                 committed: dict[int, float] = {}
                 for _ in range(events):
                     # Off any poll's beat: the gaps are random.
@@ -246,12 +268,13 @@ def measure(
                 by_variant[count].extend(latencies)
                 print(
                     summary(f"SSE round {round_number}, {count:>2} client(s)", latencies)
-                    + f"  ({phase_load})",
+                    + f"  daphne's database connections {held}  ({phase_load})",
                     flush=True,
                 )
         for count, latencies in by_variant.items():
             print(summary(f"SSE commit → client, {count:>2} client(s)", latencies))
     finally:
+        layer.disable()
         loop.stop()
         daphne.terminate()
         try:

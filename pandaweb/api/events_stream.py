@@ -2,10 +2,11 @@
 
 Every event streamed is a ``RunEvent`` row first (the run page's log), and its SSE ``id`` is the
 row's primary key, so ``Last-Event-ID`` resumes from the database and loses nothing the stream
-did not send. The stream polls the table at a short interval: a query per second per client is
-cheap, and unlike a channel-layer message (which the in-memory layer of the embedded default
-does not deliver across threads) it cannot be missed. Each read borrows a database connection
-on a consumer-read thread and gives it back, so an idle stream holds none.
+did not send. A stream reads the table when the channel layer says a run's events were committed
+(one subscription per server process, however many streams it has open) and at least every
+``POLL_SECONDS`` besides, so a lost or late message delays an event, never loses it. Each read
+borrows a database connection on a consumer-read thread and gives it back, and the request gives
+back the one it started with, so an idle stream holds none.
 
 Ninja's operations are sync request/response functions, so this is a plain async Django view,
 routed under /api/v1/ by ``urls.api_urls``.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -22,7 +24,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import close_old_connections
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
@@ -34,10 +39,17 @@ from pandaweb.api.problems import Problem
 from pandaweb.api.scopes import Scope
 from pandaweb.api.services import BEARER_NEEDED, TokenContext, token_authenticate, token_refusal
 from pandaweb.core.consumers import read_only
+from sessions.events import RUNS_GROUP
+from sessions.layer import receive_group_on_this_loop, stop_receiving_group_on_this_loop
 from sessions.models import Run, RunEvent
 from workflows.models import Workflow
 
+logger = logging.getLogger(__name__)
+
+# How often a stream reads with no word from the channel layer.
 POLL_SECONDS = 1.0
+# The channel layer forgets a group's member after a day (channels_redis' group_expiry).
+GROUP_RENEW_SECONDS = 3600.0
 HEARTBEAT_SECONDS = 15.0
 BATCH = 200
 # An id can commit after a higher one (PostgreSQL hands out ids before commit): the stream waits
@@ -220,10 +232,121 @@ _refusal_async = read_only(token_refusal)
 _events_read_async = read_only(events_read)
 _latest_id_async = read_only(_latest_id)
 _workflow_ids_async = read_only(_workflow_ids)
+# The request's thread took a connection before the view (core.database) and would hold it as
+# long as the stream lasts: a process's pool would bound its streams. Given back as a request's
+# end gives it back.
+_request_connection_given_back = sync_to_async(close_old_connections)
+
+
+class CommitListener:
+    """This process's one member of the runs group on the channel layer: every committed run
+    event (``sessions.events.publish_run_events``) wakes all of its open streams at once, which
+    then read the database as they would on their poll. Lives while streams are open."""
+
+    def __init__(self, layer: Any) -> None:
+        self.layer = layer
+        self.loop = asyncio.get_running_loop()
+        self.streams = 0
+        self.committed = asyncio.Event()
+        self.task = self.loop.create_task(self._listen())
+
+    def _wake(self) -> None:
+        self.committed.set()
+        self.committed = asyncio.Event()
+
+    async def _listen(self) -> None:
+        channel = await self.layer.new_channel()
+        # The embedded default's writers commit on other threads: their message must be sent on
+        # this loop to wake it (sessions.layer).
+        receive_group_on_this_loop(RUNS_GROUP)
+        receiving: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                await self.layer.group_add(RUNS_GROUP, channel)
+                renew_at = self.loop.time() + GROUP_RENEW_SECONDS
+                while (left := renew_at - self.loop.time()) > 0:
+                    receiving = receiving or asyncio.ensure_future(self.layer.receive(channel))
+                    done, _ = await asyncio.wait({receiving}, timeout=left)
+                    if done:
+                        message = receiving.result()
+                        receiving = None
+                        if message.get("type") == "runs.changed":
+                            self._wake()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.warning("event streams poll only: the channel layer failed", exc_info=True)
+        finally:
+            if receiving is not None:
+                receiving.cancel()
+            stop_receiving_group_on_this_loop(RUNS_GROUP)
+            # Streams waiting now read at once rather than after their poll.
+            self._wake()
+            if not self.loop.is_closed():
+                self.loop.create_task(self._leave(channel))
+
+    async def _leave(self, channel: str) -> None:
+        try:
+            await self.layer.group_discard(RUNS_GROUP, channel)
+        except Exception:
+            logger.warning("could not leave the runs group", exc_info=True)
+
+
+_listener: CommitListener | None = None
+_listener_failed_at = float("-inf")
+
+
+def _listener_joined() -> CommitListener | None:
+    """The running loop's listener, started if need be, counting the caller among its streams;
+    None without a channel layer, or for a while after it failed."""
+    global _listener, _listener_failed_at
+    layer = get_channel_layer()
+    if layer is None:
+        return None
+    listener = _listener
+    if listener is not None and listener.task.done() and not listener.task.cancelled():
+        _listener_failed_at, listener = time.monotonic(), None
+    if listener is None or listener.loop is not asyncio.get_running_loop():
+        if time.monotonic() - _listener_failed_at < HEARTBEAT_SECONDS:
+            return None
+        listener = _listener = CommitListener(layer)
+    listener.streams += 1
+    return listener
+
+
+def _listener_left(listener: CommitListener | None) -> None:
+    global _listener
+    if listener is None:
+        return
+    listener.streams -= 1
+    if listener.streams <= 0 and listener is _listener:
+        listener.task.cancel()
+        _listener = None
+
+
+async def _committed_or_poll(committed: asyncio.Event | None) -> None:
+    try:
+        if committed is None:
+            await asyncio.sleep(POLL_SECONDS)
+        else:
+            await asyncio.wait_for(committed.wait(), POLL_SECONDS)
+    except TimeoutError:
+        pass
 
 
 async def stream(*, raw_token: str, after: int, flt: StreamFilter) -> AsyncIterator[str]:
     """The SSE body: events as they are written, a keepalive comment when there are none."""
+    listener = _listener_joined()
+    try:
+        async for chunk in _stream(listener, raw_token=raw_token, after=after, flt=flt):
+            yield chunk
+    finally:
+        _listener_left(listener)
+
+
+async def _stream(
+    listener: CommitListener | None, *, raw_token: str, after: int, flt: StreamFilter
+) -> AsyncIterator[str]:
     position = after
     # Tell the client how soon to reconnect; the first bytes also open the response at once.
     yield f"retry: {int(POLL_SECONDS * 3000)}\n\n"
@@ -231,6 +354,10 @@ async def stream(*, raw_token: str, after: int, flt: StreamFilter) -> AsyncItera
     gap_since: float | None = None
     while True:
         waited_out = gap_since is not None and time.monotonic() - gap_since >= GAP_GRACE_SECONDS
+        # Taken before the read: a commit during it wakes the wait below at once.
+        committed = (
+            listener.committed if listener is not None and not listener.task.done() else None
+        )
         batch = await _events_read_async(
             raw_token=raw_token, after=position, flt=flt, pass_gap=waited_out
         )
@@ -250,7 +377,7 @@ async def stream(*, raw_token: str, after: int, flt: StreamFilter) -> AsyncItera
             continue  # more may be waiting behind a full batch
         if batch.at_gap and gap_since is None:
             gap_since = time.monotonic()
-        await asyncio.sleep(POLL_SECONDS)
+        await _committed_or_poll(committed)
 
 
 def _bearer(request: HttpRequest) -> str:
@@ -344,6 +471,7 @@ async def events_response(request: HttpRequest) -> HttpResponse | StreamingHttpR
     if after is None:
         # A new subscriber hears what happens from now on; a resuming one, everything it missed.
         after = await _latest_id_async()
+    await _request_connection_given_back()
     response = StreamingHttpResponse(
         _counted(context.principal, stream(raw_token=raw_token, after=after, flt=flt)),
         content_type="text/event-stream",

@@ -336,3 +336,67 @@ async def test_a_token_may_hold_only_a_few_streams_open(operator: User) -> None:
     await through_asgi.wait(timeout=10)
     again = await open_stream(token)
     assert again.status_code == 200
+
+
+@pytest.fixture
+def polls_far_apart(monkeypatch: pytest.MonkeyPatch) -> list[asyncio.Event]:
+    """No poll within a test's time; each stream read sets the next event of the list it
+    returns, so a test knows when a stream has read and waits."""
+    monkeypatch.setattr(events_stream, "POLL_SECONDS", 60.0)
+    reads: list[asyncio.Event] = []
+    read = events_stream._events_read_async
+
+    async def counted(**kwargs: Any) -> Any:
+        batch = await read(**kwargs)
+        reads.append(asyncio.Event())
+        reads[-1].set()
+        return batch
+
+    monkeypatch.setattr(events_stream, "_events_read_async", counted)
+    return reads
+
+
+async def test_a_commit_wakes_every_waiting_stream_before_its_poll(
+    operator: User, demo_workflow: Workflow, polls_far_apart: list[asyncio.Event]
+) -> None:
+    run = await sync_to_async(launch)(operator, demo_workflow)
+    token = await sync_to_async(make_token)(operator)
+    streams = [await asgi_stream(token) for _ in range(2)]
+    while len(polls_far_apart) < len(streams):
+        await asyncio.sleep(0)  # until both have read once and wait for their poll
+    # One subscription to the channel layer serves every stream of the process.
+    listener = events_stream._listener
+    assert listener is not None and listener.streams == len(streams)
+
+    event_id = await step_done(run.pk, 0)
+
+    for app in streams:
+        body = (await app.receive_output(timeout=10))["body"].decode()
+        assert body.startswith(f"id: {event_id}\nevent: step\n")
+    # It leaves with the last stream.
+    for app in streams:
+        await app.send_input({"type": "http.disconnect"})
+        await app.wait(timeout=10)
+    assert events_stream._listener is None
+    assert listener.task.cancelled()
+
+
+async def test_an_event_the_channel_layer_never_told_of_arrives_at_the_next_poll(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    run = await sync_to_async(launch)(operator, demo_workflow)
+    response = await open_stream(await sync_to_async(make_token)(operator))
+
+    @sync_to_async
+    def written_without_a_message() -> int:
+        with transaction.atomic():
+            locked = lock_run(run.pk)
+            locked.last_event_seq += 1
+            locked.save(update_fields=["last_event_seq"])
+            return RunEvent.objects.create(
+                run=locked, seq=locked.last_event_seq, type="step", payload={"index": 0}
+            ).pk
+
+    event_id = await written_without_a_message()
+    assert (await next_event(response))["id"] == event_id
+    await response.streaming_content.aclose()
