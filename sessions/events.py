@@ -10,6 +10,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from sessions.layer import layer_send
+
 RUNS_GROUP = "runs.all"
 
 
@@ -66,11 +68,10 @@ def publish_run_events(run_id: int, seq: int) -> None:
     changed: RunChanged = {"type": "runs.changed", "run_id": run_id}
 
     def send() -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        async_to_sync(layer.group_send)(run_group(run_id), available)
-        async_to_sync(layer.group_send)(RUNS_GROUP, changed)
+        # On the loop that receives a group where one says so: the event streams' listener
+        # (pandaweb.api.events_stream) on the embedded default, whose writers are other threads.
+        async_to_sync(layer_send)(run_group(run_id), dict(available))
+        async_to_sync(layer_send)(RUNS_GROUP, dict(changed))
 
     transaction.on_commit(send)
 

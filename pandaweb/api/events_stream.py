@@ -234,7 +234,7 @@ _latest_id_async = read_only(_latest_id)
 _workflow_ids_async = read_only(_workflow_ids)
 # The request's thread took a connection before the view (core.database) and would hold it as
 # long as the stream lasts: a process's pool would bound its streams. Given back as a request's
-# end gives it back.
+# end gives it back; the view's reads borrow their own.
 _request_connection_given_back = sync_to_async(close_old_connections)
 
 
@@ -421,6 +421,9 @@ def _resume_from(request: HttpRequest) -> int | None:
 
 async def events_response(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     """Authenticate and authorize like every API operation, then stream."""
+    # First: its reads below take connections of the same pool, which a burst of streams
+    # opening at once would otherwise have taken all of.
+    await _request_connection_given_back()
     if request.method != "GET":
         problem = Problem(405, "only GET streams events", headers={"Allow": "GET"})
         return problems.render(request, problem)
@@ -471,7 +474,6 @@ async def events_response(request: HttpRequest) -> HttpResponse | StreamingHttpR
     if after is None:
         # A new subscriber hears what happens from now on; a resuming one, everything it missed.
         after = await _latest_id_async()
-    await _request_connection_given_back()
     response = StreamingHttpResponse(
         _counted(context.principal, stream(raw_token=raw_token, after=after, flt=flt)),
         content_type="text/event-stream",

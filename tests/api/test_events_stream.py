@@ -56,14 +56,16 @@ def other_workflow(operator: User, demo_workflow: Workflow) -> Workflow:
     return publish(operator, document)
 
 
-@sync_to_async
-def step_done(run_id: int, index: int) -> int:
+def writer_step_done(run_id: int, index: int) -> int:
     """What the runner's writer does for a finished step: the event on the locked run."""
     with transaction.atomic():
         run = lock_run(run_id)
         event = event_append(run, "step", {"index": index, "status": "succeeded"})
         run.save(update_fields=["last_event_seq"])
     return event.pk
+
+
+step_done = sync_to_async(writer_step_done)
 
 
 async def open_stream(token: str, query: str = "", **headers: str) -> Any:
@@ -366,9 +368,11 @@ async def test_a_commit_wakes_every_waiting_stream_before_its_poll(
         await asyncio.sleep(0)  # until both have read once and wait for their poll
     # One subscription to the channel layer serves every stream of the process.
     listener = events_stream._listener
-    assert listener is not None and listener.streams == len(streams)
+    assert listener is not None
+    assert listener.streams == len(streams)
 
-    event_id = await step_done(run.pk, 0)
+    # The embedded default's writer: a thread of its own, with no event loop of the server's.
+    event_id = await asyncio.to_thread(writer_step_done, run.pk, 0)
 
     for app in streams:
         body = (await app.receive_output(timeout=10))["body"].decode()
