@@ -4,7 +4,10 @@ Every event streamed is a ``RunEvent`` row first (the run page's log), and its S
 row's primary key, so ``Last-Event-ID`` resumes from the database and loses nothing the stream
 did not send. A stream reads the table when the channel layer says a run's events were committed
 (one subscription per server process, however many streams it has open) and at least every
-``POLL_SECONDS`` besides, so a lost or late message delays an event, never loses it. Each read
+``POLL_SECONDS`` besides, so a lost or late message delays an event, never loses it. Streams at
+the same position share one read of the log (woken together by a commit, they would otherwise
+queue for the few database threads one after another); each then picks, in memory, what its
+filter and its token's scopes let through, and checks its token again once a second. Each read
 borrows a database connection on a consumer-read thread and gives it back, and the request gives
 back the one it started with, so an idle stream holds none.
 
@@ -28,7 +31,6 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -62,8 +64,44 @@ GAP_SETTLED = timedelta(minutes=5)
 # Each open stream polls on one of the few threads that reach the database for websockets and
 # streams: a token gets a handful, so one client cannot take them all.
 STREAMS_PER_TOKEN = 4
+# A stream checks its token again at most this often (revoked, expired, its owner's role): the
+# reads themselves are shared by every stream at the same position.
+TOKEN_RECHECK_SECONDS = 1.0
 STREAM_SCOPES = (Scope.RUNS_READ, Scope.APPROVALS_READ, Scope.QUESTIONS_ANSWER)
 STREAMED_TYPES = ("status", "step")
+
+
+@dataclass(frozen=True)
+class Found:
+    """One streamed event as read once for every stream at the same position: its data as a
+    token that sees everything gets it, and what narrower tokens and filters are decided on."""
+
+    pk: int
+    run_id: int
+    workflow_id: int
+    launched_by_id: int | None
+    type: str
+    to: str | None
+    data: dict[str, Any]
+    # Whom a question asks (its ``answered_by``); empty for anything else.
+    asks: str = ""
+
+
+@dataclass(frozen=True)
+class Read:
+    """What one read of the log found after a position, for every stream there."""
+
+    position: int
+    at_gap: bool
+    found: tuple[Found, ...]
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """A stream's token as last checked, with its owner's groups (whom questions ask)."""
+
+    context: TokenContext
+    groups: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -73,12 +111,10 @@ class StreamFilter:
     workflow_ids: frozenset[int] = frozenset()
     run_ids: frozenset[int] = frozenset()
 
-    def applied(self, events: QuerySet[RunEvent]) -> QuerySet[RunEvent]:
-        if self.workflow_ids:
-            events = events.filter(run__workflow_id__in=self.workflow_ids)
-        if self.run_ids:
-            events = events.filter(run_id__in=self.run_ids)
-        return events
+    def selects(self, found: Found) -> bool:
+        return (not self.workflow_ids or found.workflow_id in self.workflow_ids) and (
+            not self.run_ids or found.run_id in self.run_ids
+        )
 
 
 @dataclass
@@ -91,20 +127,31 @@ class Batch:
     at_gap: bool = False
 
 
-def _kind(event: RunEvent, context: TokenContext) -> str | None:
+def _fullest_kind(event_type: str, to: str | None) -> str:
+    """The SSE event type of a run's log entry for a token that sees everything."""
+    if event_type == "step":
+        return "step"
+    if to == Run.Status.AWAITING_APPROVAL:
+        return "approval.requested"
+    if to == Run.Status.AWAITING_ANSWER:
+        return "question.asked"
+    return "run.status"
+
+
+def _kind(found: Found, context: TokenContext) -> str | None:
     """The SSE event type of a run's log entry as this token sees it, or None if it sees none.
 
     A run waiting for an approval or an answer is still a change of the run's status: a token
     that may read runs but not approvals hears it as one, without the request's details.
     """
-    if event.type == "step":
-        return "step" if context.allows(Scope.RUNS_READ) else None
-    to = event.payload.get("to")
-    if to == Run.Status.AWAITING_APPROVAL and context.allows(Scope.APPROVALS_READ):
-        return "approval.requested"
-    if to == Run.Status.AWAITING_ANSWER and context.allows(Scope.QUESTIONS_ANSWER):
-        return "question.asked"
-    return "run.status" if context.allows(Scope.RUNS_READ) else None
+    fullest = _fullest_kind(found.type, found.to)
+    if fullest == "approval.requested" and context.allows(Scope.APPROVALS_READ):
+        return fullest
+    if fullest == "question.asked" and context.allows(Scope.QUESTIONS_ANSWER):
+        return fullest
+    if not context.allows(Scope.RUNS_READ):
+        return None
+    return "step" if fullest == "step" else "run.status"
 
 
 def _opened_with(model: type[ApprovalRequest] | type[Question], event: RunEvent) -> Any:
@@ -117,7 +164,8 @@ def _opened_with(model: type[ApprovalRequest] | type[Question], event: RunEvent)
     )
 
 
-def _data(kind: str, event: RunEvent) -> dict[str, Any]:
+def _data(kind: str, event: RunEvent) -> tuple[dict[str, Any], str]:
+    """The event's data as ``kind``, and whom it asks if it is a question."""
     run = event.run
     data: dict[str, Any] = {
         "run": run.pk,
@@ -128,7 +176,7 @@ def _data(kind: str, event: RunEvent) -> dict[str, Any]:
     payload = event.payload
     if kind == "step":
         data.update(index=payload.get("index"), status=payload.get("status"))
-        return data
+        return data, ""
     data.update(
         status=payload.get("to"), previous=payload.get("from"), reason=payload.get("reason")
     )
@@ -143,7 +191,14 @@ def _data(kind: str, event: RunEvent) -> dict[str, Any]:
         question = _opened_with(Question, event)
         if question is not None:
             data.update(question=question.pk, step_id=question.step_id, text=question.text)
-    return data
+            return data, question.answered_by
+    return data, ""
+
+
+def _status_only(data: dict[str, Any]) -> dict[str, Any]:
+    """A wait's data without the request's (or question's) details."""
+    kept = {key: data[key] for key in ("run", "workflow", "at", "status", "previous", "reason")}
+    return {**kept, "links": {"run": data["links"]["run"]}}
 
 
 def format_event(event_id: int, kind: str, data: dict[str, Any]) -> str:
@@ -151,56 +206,85 @@ def format_event(event_id: int, kind: str, data: dict[str, Any]) -> str:
     return f"id: {event_id}\nevent: {kind}\ndata: {body}\n\n"
 
 
-def events_read(
-    *, raw_token: str, after: int, flt: StreamFilter, pass_gap: bool = False
-) -> Batch | None:
-    """The events after ``after`` this token may see, or None once the token no longer works
-    (revoked, expired, its owner switched off): the check and the read are one trip.
+def events_found(*, after: int, pass_gap: bool = False) -> Read:
+    """The streamed events after ``after``, for every stream there, whatever its token and
+    filter. How far the read may go is decided on every event's id; ``pass_gap``: the stream has
+    waited at the first missing id long enough."""
+    settled_before = timezone.now() - GAP_SETTLED
+    position, at_gap = after, False
+    ids = RunEvent.objects.filter(pk__gt=after).order_by("pk").values_list("pk", "created_at")
+    for pk, created_at in ids[:BATCH]:
+        if pk != position + 1 and created_at > settled_before:
+            if not pass_gap:
+                at_gap = True
+                break
+            pass_gap = False  # one gap at a time: the next waits its own turn
+        position = pk
+    if position == after:
+        return Read(position=position, at_gap=at_gap, found=())
+    events = RunEvent.objects.filter(pk__gt=after, pk__lte=position, type__in=STREAMED_TYPES)
+    found = []
+    for event in events.select_related("run__workflow").order_by("pk"):
+        to = event.payload.get("to") if event.type == "status" else None
+        data, asks = _data(_fullest_kind(event.type, to), event)
+        found.append(
+            Found(
+                pk=event.pk,
+                run_id=event.run_id,
+                workflow_id=event.run.workflow_id,
+                launched_by_id=event.run.launched_by_id,
+                type=event.type,
+                to=to,
+                data=data,
+                asks=asks,
+            )
+        )
+    return Read(position=position, at_gap=at_gap, found=tuple(found))
 
-    How far the read may go is decided on every event's id; which of those are sent, by the
-    filter and the stream's types, in the database. ``pass_gap``: the stream has waited at the
-    first missing id long enough.
-    """
+
+def viewer_get(raw_token: str) -> Viewer | None:
+    """The token as it is now, or None once it no longer works (revoked, expired, its owner
+    switched off)."""
     context = token_authenticate(raw_token)
     if context is None:
         return None
-    settled_before = timezone.now() - GAP_SETTLED
-    batch = Batch(position=after)
-    ids = RunEvent.objects.filter(pk__gt=after).order_by("pk").values_list("pk", "created_at")
-    for pk, created_at in ids[:BATCH]:
-        if pk != batch.position + 1 and created_at > settled_before:
-            if not pass_gap:
-                batch.at_gap = True
-                break
-            pass_gap = False  # one gap at a time: the next waits its own turn
-        batch.position = pk
-    if batch.position == after:
-        return batch
-    events = flt.applied(
-        RunEvent.objects.filter(pk__gt=after, pk__lte=batch.position, type__in=STREAMED_TYPES)
-    )
-    for event in events.select_related("run__workflow").order_by("pk"):
-        kind = _kind(event, context)
-        if kind is None:
+    return Viewer(context, frozenset(context.user.groups.values_list("name", flat=True)))
+
+
+def batch_for(read: Read, viewer: Viewer, flt: StreamFilter) -> Batch:
+    """What one stream sends of a read: its filter's events, as its token sees them. No query."""
+    batch = Batch(position=read.position, at_gap=read.at_gap)
+    for found in read.found:
+        if not flt.selects(found):
             continue
-        data = _data(kind, event)
-        if kind == "question.asked" and not _asked_of(context.user, event.run, data):
+        kind = _kind(found, viewer.context)
+        if kind is None or (kind == "question.asked" and not _asked_of(viewer, found)):
             continue
-        batch.messages.append(format_event(event.pk, kind, data))
+        fullest = kind == _fullest_kind(found.type, found.to)
+        data = found.data if fullest else _status_only(found.data)
+        batch.messages.append(format_event(found.pk, kind, data))
     return batch
 
 
-def _asked_of(user: Any, run: Run, data: dict[str, Any]) -> bool:
-    """Whether ``user`` is the one a question asks: the run's launcher, or a member of the group
-    it asks (the rule the question list of the API follows; others never see its text)."""
-    if data.get("question") is None:
+def events_read(
+    *, raw_token: str, after: int, flt: StreamFilter, pass_gap: bool = False
+) -> Batch | None:
+    """One stream's read on its own (what the stream does, shared with others, in one call),
+    or None once the token no longer works."""
+    viewer = viewer_get(raw_token)
+    if viewer is None:
+        return None
+    return batch_for(events_found(after=after, pass_gap=pass_gap), viewer, flt)
+
+
+def _asked_of(viewer: Viewer, found: Found) -> bool:
+    """Whether the viewer is the one a question asks: the run's launcher, or a member of the
+    group it asks (the rule the question list of the API follows; others never see its text)."""
+    if not found.asks:
         return False
-    question = Question.objects.filter(pk=data["question"]).only("answered_by").first()
-    if question is None:
-        return False
-    if question.answered_by == "launcher":
-        return bool(run.launched_by_id == user.pk)
-    return bool(user.groups.filter(name=question.answered_by).exists())
+    if found.asks == "launcher":
+        return found.launched_by_id == viewer.context.user.pk
+    return found.asks in viewer.groups
 
 
 def _latest_id() -> int:
@@ -229,7 +313,8 @@ async def _counted(principal: str, body: AsyncIterator[str]) -> AsyncIterator[st
 
 _authenticate_async = read_only(token_authenticate)
 _refusal_async = read_only(token_refusal)
-_events_read_async = read_only(events_read)
+_viewer_async = read_only(viewer_get)
+_events_found_async = read_only(events_found)
 _latest_id_async = read_only(_latest_id)
 _workflow_ids_async = read_only(_workflow_ids)
 # The request's thread took a connection before the view (core.database) and would hold it as
@@ -324,6 +409,28 @@ def _listener_left(listener: CommitListener | None) -> None:
         _listener = None
 
 
+# Reads under way, by the position they read after, whether they pass a gap, and the wake they
+# follow: streams woken by the same commit at the same position share one read, and a stream
+# woken by a later commit never takes a read begun before it.
+_reads: dict[tuple[int, bool, asyncio.Event | None], asyncio.Future[Read]] = {}
+
+
+async def _read_shared(after: int, pass_gap: bool, committed: asyncio.Event | None) -> Read:
+    key = (after, pass_gap, committed)
+    pending = _reads.get(key)
+    if pending is None or pending.get_loop() is not asyncio.get_running_loop():
+        pending = asyncio.ensure_future(_events_found_async(after=after, pass_gap=pass_gap))
+        _reads[key] = pending
+
+        def forget(done: asyncio.Future[Read], key: Any = key) -> None:
+            if _reads.get(key) is done:
+                del _reads[key]
+
+        pending.add_done_callback(forget)
+    # Shielded: a stream whose client leaves must not cancel the read the others wait for.
+    return await asyncio.shield(pending)
+
+
 async def _committed_or_poll(committed: asyncio.Event | None) -> None:
     try:
         if committed is None:
@@ -352,18 +459,20 @@ async def _stream(
     yield f"retry: {int(POLL_SECONDS * 3000)}\n\n"
     quiet_since = time.monotonic()
     gap_since: float | None = None
+    viewer: Viewer | None = None
+    checked_at = float("-inf")
     while True:
         waited_out = gap_since is not None and time.monotonic() - gap_since >= GAP_GRACE_SECONDS
         # Taken before the read: a commit during it wakes the wait below at once.
         committed = (
             listener.committed if listener is not None and not listener.task.done() else None
         )
-        batch = await _events_read_async(
-            raw_token=raw_token, after=position, flt=flt, pass_gap=waited_out
-        )
-        if batch is None:
-            yield 'event: end\ndata: {"reason":"the token no longer works"}\n\n'
-            return
+        if viewer is None or time.monotonic() - checked_at >= TOKEN_RECHECK_SECONDS:
+            viewer, checked_at = await _viewer_async(raw_token), time.monotonic()
+            if viewer is None:
+                yield 'event: end\ndata: {"reason":"the token no longer works"}\n\n'
+                return
+        batch = batch_for(await _read_shared(position, waited_out, committed), viewer, flt)
         for message in batch.messages:
             yield message
         if batch.messages:

@@ -342,24 +342,27 @@ async def test_a_token_may_hold_only_a_few_streams_open(operator: User) -> None:
 
 @pytest.fixture
 def polls_far_apart(monkeypatch: pytest.MonkeyPatch) -> list[asyncio.Event]:
-    """No poll within a test's time; each stream read sets the next event of the list it
-    returns, so a test knows when a stream has read and waits."""
+    """No poll within a test's time; each stream's pick from a read sets the next event of the
+    list it returns, so a test knows when a stream has read and waits."""
     monkeypatch.setattr(events_stream, "POLL_SECONDS", 60.0)
     reads: list[asyncio.Event] = []
-    read = events_stream._events_read_async
+    pick = events_stream.batch_for
 
-    async def counted(**kwargs: Any) -> Any:
-        batch = await read(**kwargs)
+    def counted(*args: Any) -> Any:
+        batch = pick(*args)
         reads.append(asyncio.Event())
         reads[-1].set()
         return batch
 
-    monkeypatch.setattr(events_stream, "_events_read_async", counted)
+    monkeypatch.setattr(events_stream, "batch_for", counted)
     return reads
 
 
 async def test_a_commit_wakes_every_waiting_stream_before_its_poll(
-    operator: User, demo_workflow: Workflow, polls_far_apart: list[asyncio.Event]
+    operator: User,
+    demo_workflow: Workflow,
+    polls_far_apart: list[asyncio.Event],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     run = await sync_to_async(launch)(operator, demo_workflow)
     token = await sync_to_async(make_token)(operator)
@@ -371,12 +374,26 @@ async def test_a_commit_wakes_every_waiting_stream_before_its_poll(
     assert listener is not None
     assert listener.streams == len(streams)
 
+    # Tokens checked when the streams opened, not again at the wake: nothing comes between a
+    # stream's waking and its read.
+    monkeypatch.setattr(events_stream, "TOKEN_RECHECK_SECONDS", 60.0)
+    read_after: list[int] = []
+    find = events_stream._events_found_async
+
+    async def counted(**kwargs: Any) -> Any:
+        read_after.append(kwargs["after"])
+        return await find(**kwargs)
+
+    monkeypatch.setattr(events_stream, "_events_found_async", counted)
+
     # The embedded default's writer: a thread of its own, with no event loop of the server's.
     event_id = await asyncio.to_thread(writer_step_done, run.pk, 0)
 
     for app in streams:
         body = (await app.receive_output(timeout=10))["body"].decode()
         assert body.startswith(f"id: {event_id}\nevent: step\n")
+    # Woken together at the same position, the streams read the log once between them.
+    assert len([after for after in read_after if after < event_id]) == 1
     # It leaves with the last stream.
     for app in streams:
         await app.send_input({"type": "http.disconnect"})
