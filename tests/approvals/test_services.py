@@ -320,6 +320,7 @@ def test_the_continuation_is_sent_before_the_dashboards_are_told(
     )
     layer = RecordingLayer(happened)
     monkeypatch.setattr("sessions.events.get_channel_layer", lambda: layer)
+    monkeypatch.setattr("sessions.layer.get_channel_layer", lambda: layer)
     monkeypatch.setattr("approvals.events.get_channel_layer", lambda: layer)
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -349,6 +350,7 @@ def test_the_runner_acts_once_the_intent_is_committed_even_if_nobody_is_told(
     )
     Run.objects.filter(pk=approval.run_id).update(status=Run.Status.RUNNING)
     monkeypatch.setattr("sessions.events.get_channel_layer", lambda: BrokenLayer())
+    monkeypatch.setattr("sessions.layer.get_channel_layer", lambda: BrokenLayer())
     sink = RunSink(approval.run_id)
     sink.approval_id = approval.pk
 

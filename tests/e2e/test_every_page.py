@@ -161,6 +161,10 @@ POST_ONLY = "a POST action: it answers with a redirect or a fragment, never a pa
 FILE = "a file download (CSV, ZIP, PNG, YAML), not an HTML page"
 EXEMPT: dict[str, str] = {
     "logout": POST_ONLY,
+    "sso_start": "a redirect to the identity provider (tests/oidc signs in through it)",
+    "sso_callback": "the identity provider's redirect back (tests/oidc; its refusal page too)",
+    "account:oauth_client_revoke": POST_ONLY,
+    "oauth_token": "the OAuth token endpoint: a POST answered with JSON",
     "runs:export": FILE,
     "runs:view_create": POST_ONLY,
     "runs:view_delete": POST_ONLY,
