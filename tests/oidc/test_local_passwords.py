@@ -7,6 +7,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from pytest_django.fixtures import Settings
 
+from pandaweb import settings as project_settings
 from pandaweb.core.roles import Role
 from pandaweb.sso.config import OidcSettings, parse_role_map
 from tests.factories import PASSWORD, user_with_role
@@ -90,7 +91,6 @@ def test_a_role_map_names_roles_it_knows() -> None:
 def test_an_issuer_without_its_client_secret_is_a_configuration_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pandaweb import settings as project_settings
 
     monkeypatch.setenv("PANDAWEB_OIDC_ISSUER", "https://idp.example.com")
     monkeypatch.setenv("PANDAWEB_OIDC_CLIENT_ID", "pandaweb")
