@@ -135,6 +135,7 @@ def _rerun(
     inputs = coerce_inputs(version, raw)
     run = Run.objects.create(
         workflow=workflow,
+        team_id=workflow.team_id,
         version=version,
         inputs=inputs,
         outputs=outputs,

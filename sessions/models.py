@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from pandaweb.core.models import Team, default_team_id
 from workflows.models import Workflow, WorkflowVersion
 
 
@@ -103,6 +104,11 @@ class Run(models.Model):
     WAITING_FOR_PEOPLE = frozenset({"awaiting_approval", "awaiting_answer"})
 
     workflow = models.ForeignKey(Workflow, on_delete=models.PROTECT, related_name="runs")
+    # The workflow's team when the run was launched: a run stays with the team that ran it, and
+    # every list of runs, approvals and questions narrows on this one column.
+    team = models.ForeignKey(
+        Team, on_delete=models.PROTECT, related_name="runs", default=default_team_id
+    )
     version = models.ForeignKey(WorkflowVersion, on_delete=models.PROTECT, related_name="runs")
     status = models.CharField(max_length=24, choices=Status.choices, default=Status.QUEUED)
     inputs = models.JSONField(default=dict)
@@ -168,6 +174,8 @@ class Run(models.Model):
             models.Index(fields=["created_at", "id"], name="run_created_keyset"),
             models.Index(fields=["status", "created_at", "id"], name="run_status_keyset"),
             models.Index(fields=["workflow", "created_at", "id"], name="run_workflow_keyset"),
+            # The same pages narrowed to a person's teams.
+            models.Index(fields=["team", "created_at", "id"], name="run_team_keyset"),
             # Home and triage: failures finished since a moment.
             models.Index(fields=["status", "finished_at"], name="run_status_finished"),
             # Home: my runs by status.

@@ -9,6 +9,7 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
+from pandaweb.core.models import Membership, Team
 from pandaweb.core.roles import Role
 from pandaweb.core.services import roles_sync
 from sessions.models import Run
@@ -71,3 +72,17 @@ class ApprovalRequestFactory(factory.django.DjangoModelFactory[ApprovalRequest])
     step_id = "pay"
     action = "Click the button 'Pay' on http://127.0.0.1:8001/"
     expires_at = factory.LazyFunction(lambda: timezone.now() + timedelta(hours=1))
+
+
+def team_make(slug: str) -> Team:
+    team, _ = Team.objects.get_or_create(slug=slug, defaults={"name": slug.title()})
+    return team
+
+
+def member_of(team: Team, *roles: Role, **kwargs: Any) -> User:
+    """A person holding ``roles`` in ``team`` only (no global role group)."""
+    roles_sync()
+    user = UserFactory.create(**kwargs)
+    for role in roles:
+        Membership.objects.create(team=team, user=user, role=role.value)
+    return user

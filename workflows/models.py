@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.functional import cached_property
 
+from pandaweb.core.models import Team, default_team_id
 from workflows.schema import FactSource, Parameter, WorkflowSettings, decision_fact_sources
 
 
@@ -18,6 +19,10 @@ class Credential(models.Model):
         API_TOKEN = "api_token", "API token"
 
     name = models.SlugField(max_length=63, unique=True)
+    # Only this team's workflows may use it (checked at publish and at every run).
+    team = models.ForeignKey(
+        Team, on_delete=models.PROTECT, related_name="credentials", default=default_team_id
+    )
     kind = models.CharField(max_length=20, choices=Kind.choices)
     description = models.CharField(max_length=500, blank=True)
     # A Fernet token (MultiFernet, keys from the environment); never the plaintext.
@@ -40,6 +45,9 @@ class Workflow(models.Model):
 
     name = models.CharField(max_length=200)
     slug = models.SlugField(max_length=63, unique=True)
+    team = models.ForeignKey(
+        Team, on_delete=models.PROTECT, related_name="workflows", default=default_team_id
+    )
     description = models.TextField(blank=True)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     reviewer_group = models.ForeignKey(Group, on_delete=models.PROTECT, related_name="+")

@@ -26,8 +26,9 @@ from oauth2_provider.models import get_access_token_model, get_application_model
 from pandaweb.api.models import ApiToken, OAuthClient, ServiceAccount
 from pandaweb.api.scopes import SCOPE_CAPABILITY, Scope
 from pandaweb.audit.services import audit_record
+from pandaweb.core.models import Membership
 from pandaweb.core.permissions import user_can
-from pandaweb.core.roles import Capability, Role
+from pandaweb.core.roles import ROLE_CAPABILITIES, Capability, Role
 
 PREFIX = "pw_"
 # Access tokens of OAuth clients (pandaweb/api/oauth.py makes them).
@@ -94,9 +95,11 @@ def effective_scopes(user: User, scopes: Iterable[str]) -> frozenset[Scope]:
 
 
 def _capabilities(user: User) -> frozenset[str]:
-    """The owner's capability codenames in one query (``user.has_perm`` takes two: the user's
-    own permissions and their groups'). The same answer as ``user_can`` for every capability:
-    active users only, superusers hold all, permissions come from the model backend."""
+    """The owner's capability codenames in any team, in two queries (``user.has_perm`` takes two
+    for the global ones alone: the user's own permissions and their groups'). The same answer as
+    ``user_can`` without a team for every capability: active users only, superusers hold all,
+    global permissions come from the model backend, team roles from memberships; which team's
+    objects a token reaches is decided per object, as for its owner on the dashboard."""
     if not user.is_active:
         return frozenset()
     if user.is_superuser:
@@ -107,7 +110,9 @@ def _capabilities(user: User) -> frozenset[str]:
         .values_list("codename", flat=True)
         .distinct()
     )
-    return frozenset(codenames)
+    team_roles = Membership.objects.filter(user=user).values_list("role", flat=True).distinct()
+    in_teams = {c.value for role in team_roles for c in ROLE_CAPABILITIES[Role(role)]}
+    return frozenset(codenames) | frozenset(in_teams)
 
 
 def token_authenticate(raw: str) -> TokenContext | None:

@@ -50,6 +50,9 @@ class AuditEvent(models.Model):
     run_id = models.BigIntegerField(null=True, blank=True)
     step_id = models.BigIntegerField(null=True, blank=True)
     approval_id = models.BigIntegerField(null=True, blank=True)
+    # The team whose workflow, run, credential or subscription this is about; none for what
+    # belongs to the whole installation (people, tokens, the system).
+    team_id = models.BigIntegerField(null=True, blank=True)
     extra = models.JSONField(default=dict, blank=True)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
@@ -78,6 +81,12 @@ class AuditEvent(models.Model):
             # "Everything that happened to this workflow / credential", newest first.
             models.Index(
                 fields=["object_type", "object_id", "sequence"], name="audit_object_history"
+            ),
+            # A team's trail and its export, in order.
+            models.Index(
+                fields=["team_id", "sequence"],
+                name="audit_team_trail",
+                condition=models.Q(team_id__isnull=False),
             ),
             # Export and the trail page filtered by a time window.
             models.Index(fields=["occurred_at"], name="audit_occurred_at"),

@@ -66,6 +66,7 @@ def audit_record(
     run_id: int | None = None,
     step_id: int | None = None,
     approval_id: int | None = None,
+    team_id: int | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> AuditEvent:
     """Append one event to the chain and return it.
@@ -104,6 +105,7 @@ def audit_record(
         "run_id": run_id,
         "step_id": step_id,
         "approval_id": approval_id,
+        "team_id": team_id,
         "extra": _plain(redact(_with_token(extra, request or current_request.get()))),
     }
 

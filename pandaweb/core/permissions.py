@@ -2,19 +2,73 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, PermissionsMixin
 from django.core.exceptions import PermissionDenied
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponseBase
 
-from pandaweb.core.roles import Capability
+from pandaweb.core.models import Membership
+from pandaweb.core.roles import ROLE_CAPABILITIES, Capability, Role
+
+# Where a role is held through a team membership, the capabilities it grants there.
+_ROLES_GRANTING: dict[Capability, tuple[str, ...]] = {
+    capability: tuple(
+        role.value
+        for role, granted in ROLE_CAPABILITIES.items()
+        if capability in granted and role != Role.ADMINS
+    )
+    for capability in Capability
+}
+_CACHE = "_pandaweb_team_access"
+
+M = TypeVar("M", bound=Model)
 
 
-def user_can(user: AbstractBaseUser | AnonymousUser, capability: Capability) -> bool:
-    if not (user.is_authenticated and user.is_active):
-        return False
-    return isinstance(user, PermissionsMixin) and user.has_perm(capability.perm)
+def teams_where(
+    user: AbstractBaseUser | AnonymousUser, capability: Capability
+) -> frozenset[int] | None:
+    """The ids of the teams in which ``user`` holds ``capability``; None means every team (a
+    global role: admins, compliance given every team, a permission granted to the person).
+
+    One query per capability per user object, kept on it: a request, a websocket message or a
+    stream's token check each load the user afresh, so a membership removed takes effect at the
+    next one.
+    """
+    if not (user.is_authenticated and user.is_active) or not isinstance(user, PermissionsMixin):
+        return frozenset()
+    if user.has_perm(capability.perm):
+        return None
+    cache: dict[Capability, frozenset[int]] = user.__dict__.setdefault(_CACHE, {})
+    if capability not in cache:
+        cache[capability] = frozenset(
+            Membership.objects.filter(
+                user_id=user.pk, role__in=_ROLES_GRANTING[capability]
+            ).values_list("team_id", flat=True)
+        )
+    return cache[capability]
+
+
+def user_can(
+    user: AbstractBaseUser | AnonymousUser, capability: Capability, *, team_id: int | None = None
+) -> bool:
+    """Whether ``user`` holds ``capability`` in the team ``team_id``, or (without it) in any team:
+    what a page listing several teams' objects asks before listing them."""
+    teams = teams_where(user, capability)
+    if teams is None:
+        return True
+    return team_id in teams if team_id is not None else bool(teams)
+
+
+def in_teams(
+    objects: QuerySet[M], user: AbstractBaseUser | AnonymousUser, capability: Capability,
+    *, via: str = "team",
+) -> QuerySet[M]:  # fmt: skip
+    """``objects`` narrowed to the teams where ``user`` holds ``capability``; ``via`` is the path
+    from the model to its team (``run__team`` for an approval)."""
+    teams = teams_where(user, capability)
+    return objects if teams is None else objects.filter(**{f"{via}__in": teams})
 
 
 def capability_required(

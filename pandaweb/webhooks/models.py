@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from pandaweb.core.models import Team, default_team_id
 from sessions.models import Run
 from workflows.models import Workflow
 
@@ -25,6 +26,10 @@ class Subscription(models.Model):
 
     name = models.CharField(max_length=200)
     url = models.URLField(max_length=2000)
+    # Only this team's events are sent to it.
+    team = models.ForeignKey(
+        Team, on_delete=models.PROTECT, related_name="+", default=default_team_id
+    )
     workflow = models.ForeignKey(
         Workflow, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
     )

@@ -174,6 +174,9 @@ def _launch(
     workflow = Workflow.objects.select_for_update(no_key=True).get(pk=workflow_id)
     if workflow.archived:
         raise RunError("this workflow is archived")
+    # Every way in (page, API, schedule, batch, MCP) launches through here: the team rule too.
+    if not user_can(user, Capability.LAUNCH_RUNS, team_id=workflow.team_id):
+        raise RunError(f"you may not launch runs of {workflow.team}'s workflows")
     version = (
         workflow.versions.filter(status=WorkflowVersion.Status.PUBLISHED)
         .order_by("-number")
@@ -184,6 +187,7 @@ def _launch(
     inputs = coerce_inputs(version, raw)
     run = Run.objects.create(
         workflow=workflow,
+        team_id=workflow.team_id,
         version=version,
         inputs=inputs,
         idempotency_key=key,
@@ -233,6 +237,8 @@ def run_cancel(*, run_id: int, user: User) -> Run:
 
     with transaction.atomic():
         run = lock_run(run_id)
+        if not user_can(user, Capability.LAUNCH_RUNS, team_id=run.team_id):
+            raise RunError("you may not cancel another team's runs")
         if run.is_final:
             return run
         if run.status == S.NEEDS_RECONCILIATION:
@@ -408,7 +414,9 @@ def run_reconcile(*, run_id: int, user: User, happened: bool, note: str) -> Run:
         if run.status != S.NEEDS_RECONCILIATION:
             raise TransitionRefused("this run does not need reconciliation")
         refusal = reconcile_refusal(
-            run, user_id=user.pk, may_decide=user_can(user, Capability.DECIDE_APPROVALS)
+            run,
+            user_id=user.pk,
+            may_decide=user_can(user, Capability.DECIDE_APPROVALS, team_id=run.team_id),
         )
         if refusal:
             raise RunError(refusal)

@@ -1,0 +1,1 @@
+"""Teams: making them and saying who holds which role in each (an administrator's work)."""

@@ -1,0 +1,65 @@
+"""Teams and memberships: each change in one transaction with its audit event."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.utils.text import slugify
+
+from pandaweb.audit.services import audit_record
+from pandaweb.core.models import Membership, Team
+
+
+class TeamError(Exception):
+    """A change to teams refused, in words for the person who asked for it."""
+
+
+def team_create(*, name: str, slug: str = "", user: User | None) -> Team:
+    """Make a team. Not idempotent: a second team with the same slug is refused."""
+    name = name.strip()
+    if not name:
+        raise TeamError("give the team a name")
+    slug = slug.strip() or slugify(name)
+    if not slug:
+        raise TeamError("give the team a short name of letters, digits and hyphens")
+    try:
+        with transaction.atomic():
+            team = Team.objects.create(name=name, slug=slug)
+            audit_record(
+                action="team.created", object_type="team", object_id=team.pk, actor=user,
+                after={"slug": team.slug, "name": team.name}, team_id=team.pk,
+            )  # fmt: skip
+    except IntegrityError:
+        raise TeamError(f"a team called {slug!r} already exists") from None
+    return team
+
+
+def membership_grant(*, team_id: int, member: User, role: str, user: User | None) -> Membership:
+    """Give ``member`` ``role`` in the team. Idempotent: granting a role held changes nothing."""
+    if role not in Membership.TeamRole.values:
+        raise TeamError(
+            f"{role!r} is not a team role: choose one of {', '.join(Membership.TeamRole.values)}"
+        )
+    with transaction.atomic():
+        team = Team.objects.select_for_update().get(pk=team_id)
+        membership, created = Membership.objects.get_or_create(team=team, user=member, role=role)
+        if created:
+            audit_record(
+                action="team.member_added", object_type="team", object_id=team.pk, actor=user,
+                after={"member": member.get_username(), "role": role}, team_id=team.pk,
+            )  # fmt: skip
+    return membership
+
+
+def membership_revoke(*, team_id: int, member: User, role: str, user: User | None) -> bool:
+    """Take ``role`` in the team from ``member``; their next request no longer has it.
+    Idempotent: returns False when they did not hold it."""
+    with transaction.atomic():
+        team = Team.objects.select_for_update().get(pk=team_id)
+        deleted, _ = Membership.objects.filter(team=team, user=member, role=role).delete()
+        if deleted:
+            audit_record(
+                action="team.member_removed", object_type="team", object_id=team.pk, actor=user,
+                before={"member": member.get_username(), "role": role}, team_id=team.pk,
+            )  # fmt: skip
+    return bool(deleted)
