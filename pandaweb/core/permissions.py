@@ -36,7 +36,7 @@ def teams_where(
     stream's token check each load the user afresh, so a membership removed takes effect at the
     next one.
     """
-    if not (user.is_authenticated and user.is_active) or not isinstance(user, PermissionsMixin):
+    if not isinstance(user, PermissionsMixin) or not (user.is_authenticated and user.is_active):
         return frozenset()
     if user.has_perm(capability.perm):
         return None

@@ -10,11 +10,13 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from pandaweb.audit.services import audit_record
+from pandaweb.core.models import Membership, Team
 from pandaweb.core.roles import Role
 from pandaweb.core.services import roles_sync
 from pandaweb.sso.client import SsoRefused
 from pandaweb.sso.config import Memberships, OidcSettings
 from pandaweb.sso.models import SsoIdentity
+from pandaweb.teams.services import membership_grant, membership_revoke, team_create
 
 _USERNAME_MAX = User._meta.get_field("username").max_length or 150
 
@@ -70,6 +72,9 @@ def sso_sign_in(
                         "created": created,
                         "groups": sorted(group for group in groups if group in oidc.role_map),
                         "roles": sorted(role.value for role in memberships.roles),
+                        "team_roles": sorted(
+                            f"{grant.role.value}@{grant.team}" for grant in memberships.team_roles
+                        ),
                     },
                 )
         elif refusal is None:
@@ -155,3 +160,23 @@ def _memberships_apply(user: User, memberships: Memberships) -> None:
         user.groups.remove(*(held - wanted))
     if wanted - held:
         user.groups.add(*(wanted - held))
+    _team_roles_apply(user, memberships)
+
+
+def _team_roles_apply(user: User, memberships: Memberships) -> None:
+    """Give ``user`` exactly the team roles ``memberships`` names: the provider is the source of
+    truth for a person who signs in through it, so a role granted here by hand does not outlive
+    the next sign-in or refresh. A team named by the mapping that does not exist yet is made."""
+    wanted: set[tuple[int, str]] = set()
+    for grant in memberships.team_roles:
+        team = Team.objects.filter(slug=grant.team).first()
+        if team is None:
+            team = team_create(
+                name=grant.team.replace("-", " ").title(), slug=grant.team, user=None
+            )
+        wanted.add((team.pk, grant.role.value))
+    held = set(Membership.objects.filter(user=user).values_list("team_id", "role"))
+    for team_id, role in sorted(held - wanted):
+        membership_revoke(team_id=team_id, member=user, role=role, user=None)
+    for team_id, role in sorted(wanted - held):
+        membership_grant(team_id=team_id, member=user, role=role, user=None)

@@ -19,7 +19,7 @@ from pytest_django.fixtures import Settings
 from pytest_django.live_server_helper import LiveServer
 
 from pandaweb.core.roles import Role
-from pandaweb.sso.config import OidcSettings
+from pandaweb.sso.config import Grant, OidcSettings
 
 CLIENT_ID = "pandaweb-dashboard"
 CLIENT_SECRET = "a-client-secret-for-tests-only"
@@ -32,8 +32,8 @@ PEOPLE = [
     {"username": "visitor", "email": "visitor@example.test", "groups": ["staff"]},
 ]
 ROLE_MAP = {
-    "pw-operators": frozenset({Role.OPERATORS}),
-    "pw-reviewers": frozenset({Role.REVIEWERS}),
+    "pw-operators": frozenset({Grant(Role.OPERATORS)}),
+    "pw-reviewers": frozenset({Grant(Role.REVIEWERS)}),
 }
 REPO = Path(__file__).resolve().parents[2]
 

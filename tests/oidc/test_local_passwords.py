@@ -9,7 +9,7 @@ from pytest_django.fixtures import Settings
 
 from pandaweb import settings as project_settings
 from pandaweb.core.roles import Role
-from pandaweb.sso.config import OidcSettings, parse_role_map
+from pandaweb.sso.config import Grant, OidcSettings, parse_role_map
 from tests.factories import PASSWORD, user_with_role
 
 pytestmark = pytest.mark.django_db
@@ -78,14 +78,21 @@ def test_the_admins_login_refuses_passwords_too(client: Client) -> None:
 
 
 def test_a_role_map_names_roles_it_knows() -> None:
-    assert parse_role_map("ops=operators, ops=Reviewers,audit=compliance") == {
-        "ops": frozenset({Role.OPERATORS, Role.REVIEWERS}),
-        "audit": frozenset({Role.COMPLIANCE}),
+    assert parse_role_map(
+        "ops=operators, ops=Reviewers,audit=compliance,ap-leads=reviewers@Payables"
+    ) == {
+        "ops": frozenset({Grant(Role.OPERATORS), Grant(Role.REVIEWERS)}),
+        "audit": frozenset({Grant(Role.COMPLIANCE)}),
+        "ap-leads": frozenset({Grant(Role.REVIEWERS, "payables")}),
     }
     with pytest.raises(ValueError, match="'wizards' is not a role"):
         parse_role_map("ops=wizards")
     with pytest.raises(ValueError, match="is not group=role"):
         parse_role_map("ops")
+    with pytest.raises(ValueError, match="admins hold the whole installation"):
+        parse_role_map("it=admins@payables")
+    with pytest.raises(ValueError, match="is not a team's short name"):
+        parse_role_map("ap=operators@")
 
 
 def test_an_issuer_without_its_client_secret_is_a_configuration_error(
