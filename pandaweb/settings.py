@@ -297,6 +297,7 @@ INSTALLED_APPS = [
     "pandaweb.api",
     "pandaweb.reviewers",
     "pandaweb.sso",
+    "pandaweb.teams",
 ]
 
 MIDDLEWARE = [

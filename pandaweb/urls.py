@@ -20,6 +20,7 @@ urlpatterns = [
     path("", include("pandaweb.schedules.urls")),
     path("api/v1/", api_urls()),
     path("account/", include("pandaweb.api.urls")),
+    path("teams/", include("pandaweb.teams.urls")),
     # Machine identities get access tokens here (client credentials grant; docs/api.md). Only
     # the token endpoint: no sign-in page, no other grant.
     path("oauth/token/", oauth_views.TokenView.as_view(), name="oauth_token"),

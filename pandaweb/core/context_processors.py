@@ -7,7 +7,8 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from approvals.selectors import needs_badge
-from pandaweb.core.permissions import user_can
+from pandaweb.core.models import Membership
+from pandaweb.core.permissions import is_admin, user_can
 from pandaweb.core.roles import Capability
 
 
@@ -37,11 +38,17 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
         for key, label, url_name, capability in _SECTIONS
         if user_can(user, capability)
     ]
+    if is_admin(user):
+        items.append(NavItem(key="teams", label="Teams", url=reverse("teams:index")))
     match = request.resolver_match
     badge = needs_badge(user)
     return {
         "nav_items": items,
         "nav_active": match.namespace or match.url_name if match else "",
-        "nav_roles": sorted(group.name for group in user.groups.all()),
+        "nav_roles": sorted(group.name for group in user.groups.all())
+        + [
+            f"{membership.get_role_display()} in {membership.team.name}"
+            for membership in Membership.objects.filter(user_id=user.pk).select_related("team")
+        ],
         "badge": badge,
     }

@@ -50,6 +50,13 @@ def teams_where(
     return cache[capability]
 
 
+def is_admin(user: AbstractBaseUser | AnonymousUser) -> bool:
+    """Admins hold the whole installation: every team, people, teams and service accounts."""
+    if not isinstance(user, PermissionsMixin) or not (user.is_authenticated and user.is_active):
+        return False
+    return user.is_superuser or user.groups.filter(name=Role.ADMINS.value).exists()
+
+
 def user_can(
     user: AbstractBaseUser | AnonymousUser, capability: Capability, *, team_id: int | None = None
 ) -> bool:

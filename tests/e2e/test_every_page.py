@@ -89,6 +89,8 @@ PAGES: list[PageCase] = [
     case("profile", "/profile/", EVERYONE),
     case("account:tokens", "/account/tokens/", EVERYONE),
     case("account:service_accounts", "/account/service-accounts/", ADMINS),
+    case("teams:index", "/teams/", EVERYONE),
+    case("teams:detail", "/teams/default/", ADMINS),
     # Runs
     case("runs:index", "/runs/", RUNS),
     case("runs:workflow_runs", "/runs/workflow/{slug}/", RUNS),
@@ -209,6 +211,8 @@ EXEMPT: dict[str, str] = {
     "workflows:archive": POST_ONLY,
     "workflows:export": FILE,
     "account:token_revoke": POST_ONLY,
+    "teams:member_add": POST_ONLY,
+    "teams:member_remove": POST_ONLY,
     "system_ping": POST_ONLY,
     "profile_slack_code": POST_ONLY,
     "profile_slack_unlink": POST_ONLY,
