@@ -29,14 +29,16 @@ def test_an_admin_makes_a_team_and_adds_a_reviewer() -> None:
     made = admin.post("/teams/", {"name": "Accounts payable", "slug": ""})
     added = admin.post("/teams/accounts-payable/members/", {"username": "PAT", "role": "Reviewers"})
 
-    assert made.status_code == 302 and made["Location"] == "/teams/accounts-payable/"
+    assert made.status_code == 302
+    assert made["Location"] == "/teams/accounts-payable/"
     assert added.status_code == 302
     team = Team.objects.get(slug="accounts-payable")
     assert list(Membership.objects.filter(team=team).values_list("user", "role")) == [
         (pat.pk, "Reviewers")
     ]
     page = admin.get("/teams/accounts-payable/").content.decode()
-    assert "pat" in page and "Reviewer" in page
+    assert "pat" in page
+    assert "Reviewer" in page
 
 
 def test_it_refuses_an_unknown_person_in_words_and_keeps_the_form() -> None:
@@ -83,7 +85,8 @@ def test_a_member_sees_only_their_teams_and_cannot_change_them() -> None:
 
     page = client.get("/teams/").content.decode()
 
-    assert "Payables" in page and "Operator, Reviewer" in page
+    assert "Payables" in page
+    assert "Operator, Reviewer" in page
     assert "Procurement" not in page
     assert client.get("/teams/payables/").status_code == 403
     assert client.post("/teams/", {"name": "Mine"}).status_code == 403
