@@ -3,17 +3,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count, Max, Q, QuerySet
 from django.http import Http404
 
+from pandaweb.core.models import Team
+from pandaweb.core.permissions import in_teams, teams_where
+from pandaweb.core.roles import Capability
 from sessions.engine.steps.base import StepBase
 from sessions.engine.steps.language import Target
 from workflows.models import Credential, Workflow, WorkflowVersion
 from workflows.schema import STEP_ADAPTER, WorkflowSettings, describe_step
 
 
-def workflow_list(*, search: str = "", archived: bool = False) -> QuerySet[Workflow]:
-    workflows = Workflow.objects.filter(archived=archived).select_related("owner")
+Person = AbstractBaseUser | AnonymousUser
+
+
+def workflow_list(
+    *, user: Person, search: str = "", archived: bool = False
+) -> QuerySet[Workflow]:
+    """The workflows of the teams where ``user`` may see workflows."""
+    workflows = in_teams(
+        Workflow.objects.filter(archived=archived), user, Capability.VIEW_WORKFLOWS
+    ).select_related("owner", "team")
     if search:
         workflows = workflows.filter(
             Q(name__icontains=search) | Q(slug__icontains=search) | Q(description__icontains=search)
@@ -24,10 +36,13 @@ def workflow_list(*, search: str = "", archived: bool = False) -> QuerySet[Workf
     ).order_by("name")
 
 
-def workflow_get(slug: str) -> Workflow:
-    """The workflow with ``slug`` or 404. Every role that may open workflows may read every one."""
+def workflow_get(slug: str, *, user: Person) -> Workflow:
+    """The workflow with ``slug`` or 404, also when it is another team's: its slug then tells
+    ``user`` nothing. Whether they may change it is the services' question (AUTHOR_WORKFLOWS in
+    its team)."""
+    visible = in_teams(Workflow.objects.all(), user, Capability.VIEW_WORKFLOWS)
     try:
-        return Workflow.objects.select_related("owner", "reviewer_group").get(slug=slug)
+        return visible.select_related("owner", "reviewer_group", "team").get(slug=slug)
     except Workflow.DoesNotExist:
         raise Http404("no such workflow") from None
 
@@ -110,12 +125,30 @@ def session_check_view(session: dict[str, Any]) -> SessionCheckView:
     )
 
 
-def credential_list() -> QuerySet[Credential]:
+def credential_list(*, user: Person) -> QuerySet[Credential]:
+    """The credentials of the teams where ``user`` may see workflows (never a value)."""
     return (
-        Credential.objects.select_related("created_by")
+        in_teams(Credential.objects.all(), user, Capability.VIEW_WORKFLOWS)
+        .select_related("created_by", "team")
         .prefetch_related("workflows")
         .order_by("name")
     )
+
+
+def credential_get(*, user: Person, pk: int | None = None, name: str = "") -> Credential:
+    """One credential by id or name, or 404 (also another team's)."""
+    found = credential_list(user=user).filter(**({"pk": pk} if pk is not None else {"name": name}))
+    credential = found.first()
+    if credential is None:
+        raise Http404("no such credential")
+    return credential
+
+
+def authoring_teams(user: Person) -> list[Team]:
+    """The teams where ``user`` may make workflows and credentials: the choice a form offers
+    when there is more than one (every team for a global role)."""
+    teams = teams_where(user, Capability.AUTHOR_WORKFLOWS)
+    return list(Team.objects.all() if teams is None else Team.objects.filter(pk__in=teams))
 
 
 @dataclass(frozen=True)

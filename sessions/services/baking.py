@@ -22,7 +22,7 @@ from sessions.engine.runner import Runner
 from sessions.engine.sandbox.base import SandboxError, SandboxSpec
 from sessions.engine.vocabulary import MASK, PUBLIC_CREDENTIAL_FIELDS, STALE_SESSION
 from sessions.models import Run, SessionTemplate
-from sessions.services.credentials import credentials_open
+from sessions.services.credentials import CredentialRefused, credentials_open
 from sessions.services.records import event_append, lock_run
 from sessions.services.sandboxes import sandbox_backend
 from sessions.services.templates import (
@@ -119,7 +119,12 @@ def _bake(template: SessionTemplate, *, run_id: int | None) -> _Capture:
             )
         )
         with transaction.atomic():
-            credentials = credentials_open(names, run_id=run_id, template_id=template.pk)
+            credentials = credentials_open(
+                names,
+                team_id=template.version.workflow.team_id,
+                run_id=run_id,
+                template_id=template.pk,
+            )
         typed = [
             value
             for fields in credentials.values()
@@ -154,6 +159,8 @@ def _bake(template: SessionTemplate, *, run_id: int | None) -> _Capture:
         return _Capture(state="", state_path=str(destination), host=socket.gethostname())
     except _BakeFailed:
         raise
+    except CredentialRefused as exc:
+        raise _BakeFailed(str(exc)) from None
     except SandboxError as exc:
         raise _BakeFailed(f"the browser sandbox failed: {_masked(str(exc), typed)}") from None
     except Exception as exc:  # the browser died under us, or Playwright lost it

@@ -24,7 +24,7 @@ from sessions.engine.sandbox.egress import Egress, EgressError
 from sessions.live import Filmstrip, LiveFeed
 from sessions.models import Run
 from sessions.services.baking import Fork, fork_for
-from sessions.services.credentials import credentials_open
+from sessions.services.credentials import CredentialRefused, credentials_open
 from sessions.services.egress import egress_dir, egress_start
 from sessions.services.records import event_append, lock_run
 from sessions.services.runstate import (
@@ -318,8 +318,13 @@ def _drive(
         # Only what the run's own steps type: a run forked from a session template never
         # reads the credential its template logged in with.
         scoped = set(run_settings.credentials) & credentials_used(steps)
-        with transaction.atomic():
-            secrets_for_run = _secrets_for(run, sorted(scoped))
+        try:
+            with transaction.atomic():
+                secrets_for_run = _secrets_for(run, sorted(scoped))
+        except CredentialRefused as exc:
+            sink.close()
+            _finish(run_id, S.FAILED, f"not started: {exc}")
+            return
         beat.start()
         session = document.get("session") or {}
         plan = RunPlan(
@@ -510,7 +515,7 @@ def _crashed(run_id: int, reason: str, **fields: Any) -> None:
 
 def _secrets_for(run: Run, names: list[str]) -> dict[str, dict[str, str]]:
     """Decrypt the workflow's credentials for this run; each use is audited, never the value."""
-    return credentials_open(names, run_id=run.pk)
+    return credentials_open(names, team_id=run.team_id, run_id=run.pk)
 
 
 def _finish(run_id: int, status: str, reason: str, **fields: Any) -> None:

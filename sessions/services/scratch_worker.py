@@ -186,7 +186,9 @@ def _secrets(session: ScratchSession, steps: list[dict[str, Any]]) -> dict[str, 
     if not names:
         return {}
     with transaction.atomic():
-        return credentials_open(names, run_id=None, scratch_id=session.pk)
+        return credentials_open(
+            names, team_id=session.workflow.team_id, run_id=None, scratch_id=session.pk
+        )
 
 
 def _plan(

@@ -12,8 +12,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from pandaweb.audit.services import audit_record
+from pandaweb.core.permissions import user_can
+from pandaweb.core.roles import Capability
 from workflows.models import Credential
 from workflows.services.errors import WorkflowError
+from workflows.services.teams import team_for_new
 from workflows.vault import Vault
 
 
@@ -55,14 +58,23 @@ def _credential_payload(kind: str, values: dict[str, str]) -> dict[str, str]:
 
 @transaction.atomic
 def credential_create(
-    *, user: User, name: str, kind: str, description: str, values: dict[str, str]
+    *,
+    user: User,
+    name: str,
+    kind: str,
+    description: str,
+    values: dict[str, str],
+    team: str | None = None,
 ) -> Credential:
-    """Store a new secret encrypted. The audit event names it, never its value."""
+    """Store a new secret encrypted, for the workflows of the team ``team`` (a slug; see
+    ``team_for_new`` when None) only. The audit event names it, never its value."""
+    joins = team_for_new(user, team)
     payload = _credential_payload(kind, values)
     try:
         with transaction.atomic():
             credential = Credential.objects.create(
                 name=name,
+                team=joins,
                 kind=kind,
                 description=description,
                 ciphertext=vault().seal(payload),
@@ -77,6 +89,7 @@ def credential_create(
         object_id=credential.pk,
         actor=user,
         after={"name": name, "kind": kind, "description": description},
+        team_id=joins.pk,
     )
     return credential
 
@@ -85,8 +98,11 @@ def credential_create(
 def credential_replace_value(
     *, credential_id: int, user: User, values: dict[str, str]
 ) -> Credential:
-    """Replace a secret's value (the portal password changed). Its name and scope stay."""
+    """Replace a secret's value (the portal password changed). Its name and scope stay. Only
+    who authors workflows in its team replaces it."""
     credential = Credential.objects.select_for_update().get(pk=credential_id)
+    if not user_can(user, Capability.AUTHOR_WORKFLOWS, team_id=credential.team_id):
+        raise WorkflowError(f"you may not change {credential.team}'s credentials")
     credential.ciphertext = vault().seal(_credential_payload(credential.kind, values))
     credential.value_changed_at = timezone.now()
     credential.save(update_fields=["ciphertext", "value_changed_at"])

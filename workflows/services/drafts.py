@@ -8,17 +8,22 @@ import hashlib
 import json
 from typing import Any
 
+from django.contrib.auth.models import User
 from pydantic import ValidationError
 
 from workflows.fileformat import canonical_data
 from workflows.models import Credential, Workflow, WorkflowVersion
 from workflows.schema import WorkflowDocument
 from workflows.services.errors import WorkflowError
+from workflows.services.teams import refuse_outside_team
 
 
-def lock_workflow(workflow_id: int) -> Workflow:
-    """The workflow row, locked until the transaction ends: edits of one workflow serialize."""
-    return Workflow.objects.select_for_update().get(pk=workflow_id)
+def lock_workflow(workflow_id: int, *, user: User) -> Workflow:
+    """The workflow row, locked until the transaction ends: edits of one workflow serialize.
+    Refused unless ``user`` authors workflows in its team: every change starts here."""
+    workflow = Workflow.objects.select_for_update().get(pk=workflow_id)
+    refuse_outside_team(user, workflow)
+    return workflow
 
 
 def refuse_archived(workflow: Workflow) -> None:
@@ -48,9 +53,9 @@ def draft_get_or_create(workflow: Workflow) -> WorkflowVersion:
     )
 
 
-def editable_draft(workflow_id: int) -> tuple[Workflow, WorkflowVersion]:
+def editable_draft(workflow_id: int, *, user: User) -> tuple[Workflow, WorkflowVersion]:
     """The locked workflow and its draft, refusing an archived workflow: where every edit starts."""
-    workflow = lock_workflow(workflow_id)
+    workflow = lock_workflow(workflow_id, user=user)
     refuse_archived(workflow)
     return workflow, draft_get_or_create(workflow)
 

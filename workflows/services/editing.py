@@ -54,7 +54,7 @@ def step_save(
 ) -> WorkflowVersion:
     """Add a step at the end (``index`` None) or replace the step at ``index`` in the draft;
     with ``session``, in the steps of the draft's session template (created if it has none)."""
-    workflow, draft = editable_draft(workflow_id)
+    workflow, draft = editable_draft(workflow_id, user=user)
     step = _step_dump(validate_step(data))
     if session:
         _refuse_outside_session(step)
@@ -98,7 +98,7 @@ def step_insert(
     """Insert a step into the draft's run steps right after the step with id ``after`` (first,
     when ``after`` is a session step; last, when it is empty). ``note`` says where the step
     came from, in the audit trail."""
-    workflow, draft = editable_draft(workflow_id)
+    workflow, draft = editable_draft(workflow_id, user=user)
     step = _step_dump(validate_step(data))
     steps = _steps_of(draft, session=False)
     session_ids = [s.get("id") for s in _steps_of(draft, session=True)]
@@ -141,7 +141,7 @@ def workflow_learn_dialog(
     """Record that step ``step_id``, clicking ``target``, only opened the dialog ``dialog`` on
     the live page (``seen`` says where): its final-sounding words are no warning at publish
     while its target stays the same. Idempotent: the same fact again changes nothing."""
-    workflow = lock_workflow(workflow_id)
+    workflow = lock_workflow(workflow_id, user=user)
     facts = dict(workflow.page_facts or {})
     known = dict(facts.get("opens_dialog") or {})
     fact = {"target": target, "dialog": dialog[:200], "seen": seen}
@@ -211,7 +211,7 @@ def step_delete(
 
     A page loaded before someone else reordered the steps cannot delete the wrong one.
     """
-    workflow, draft = editable_draft(workflow_id)
+    workflow, draft = editable_draft(workflow_id, user=user)
     steps = _steps_of(draft, session=session)
     _check_step(steps, index, step_id)
     removed = steps.pop(index)
@@ -238,7 +238,7 @@ def step_duplicate(
     *, workflow_id: int, user: User, index: int, step_id: str, session: bool = False
 ) -> WorkflowVersion:
     """Insert a copy of a step right after it, with a fresh id (``<id>-copy``, ``-copy-2``, …)."""
-    workflow, draft = editable_draft(workflow_id)
+    workflow, draft = editable_draft(workflow_id, user=user)
     steps = _steps_of(draft, session=session)
     _check_step(steps, index, step_id)
     taken = {s["id"] for s in steps} | {s["id"] for s in _steps_of(draft, session=not session)}
@@ -271,7 +271,7 @@ def step_move(
     session: bool = False,
 ) -> WorkflowVersion:
     """Move a step to ``to_index`` (clamped to the list). Moving onto itself changes nothing."""
-    workflow, draft = editable_draft(workflow_id)
+    workflow, draft = editable_draft(workflow_id, user=user)
     steps = _steps_of(draft, session=session)
     _check_step(steps, index, step_id)
     to_index = max(0, min(to_index, len(steps) - 1))
@@ -303,7 +303,7 @@ def session_check_save(
     """Set how the draft's session template tells a logged-in browser (creating the template,
     without steps yet, if the draft has none). Whether the URL's host is allowed is checked with
     the rest of the draft, at publish."""
-    workflow, draft = editable_draft(workflow_id)
+    workflow, draft = editable_draft(workflow_id, user=user)
     errors: dict[str, list[str]] = {}
     try:
         target = Target.model_validate(logged_in).model_dump(exclude_defaults=True)
@@ -341,7 +341,7 @@ def session_check_save(
 def session_remove(*, workflow_id: int, user: User) -> WorkflowVersion:
     """Drop the draft's session template: runs of the next version log in with their own steps.
     Idempotent."""
-    workflow, draft = editable_draft(workflow_id)
+    workflow, draft = editable_draft(workflow_id, user=user)
     if draft.session is None:
         return draft
     before = draft.session
@@ -374,7 +374,7 @@ def parameter_save(
     *, workflow_id: int, user: User, data: dict[str, Any], index: int | None = None
 ) -> WorkflowVersion:
     """Add (``index`` None) or replace a launch parameter of the draft."""
-    workflow, draft = editable_draft(workflow_id)
+    workflow, draft = editable_draft(workflow_id, user=user)
     parameter = validate_parameter(data).model_dump(mode="json", exclude_defaults=True)
     parameters = list(draft.parameters)
     if parameter["name"] in [p["name"] for i, p in enumerate(parameters) if i != index]:
@@ -402,7 +402,7 @@ def parameter_save(
 
 @transaction.atomic
 def parameter_delete(*, workflow_id: int, user: User, index: int, name: str) -> WorkflowVersion:
-    workflow, draft = editable_draft(workflow_id)
+    workflow, draft = editable_draft(workflow_id, user=user)
     parameters = list(draft.parameters)
     _check_index(parameters, index)
     if parameters[index].get("name") != name:
@@ -467,7 +467,7 @@ def step_target_set(
     irreversible step changes only with ``confirm`` equal to its id. ``note`` joins the draft's
     publish message. Not idempotent in its audit events; the target it sets is the same each
     time."""
-    workflow, draft = editable_draft(workflow_id)
+    workflow, draft = editable_draft(workflow_id, user=user)
     session = False
     steps = _steps_of(draft, session=False)
     index = next((i for i, s in enumerate(steps) if s.get("id") == step_id), None)

@@ -10,6 +10,8 @@ from django.contrib.auth.models import Group, User
 from django.db import transaction
 
 from pandaweb.audit.services import audit_record
+from pandaweb.core.permissions import user_can
+from pandaweb.core.roles import Capability
 from sessions.engine.steps.base import Problem
 from workflows.fileformat import (
     DocumentError,
@@ -37,6 +39,7 @@ from workflows.services.drafts import (
 )
 from workflows.services.errors import WorkflowError
 from workflows.services.lifecycle import RESERVED_SLUGS
+from workflows.services.teams import foreign_credentials, refuse_outside_team, team_for_new
 
 
 class ImportRefused(WorkflowError):
@@ -55,11 +58,13 @@ class ImportUnchanged(WorkflowError):
 
 
 @transaction.atomic
-def workflow_import(*, user: User, text: str | bytes) -> Workflow:
+def workflow_import(*, user: User, text: str | bytes, team: str | None = None) -> Workflow:
     """Make a draft from a workflow file: a new workflow, or a new draft of the one with its slug.
 
     All or nothing: any problem refuses the whole file and nothing is saved. Credentials are
-    matched by name and must already exist.
+    matched by name, must already exist and be the workflow's team's. A new workflow joins the
+    team ``team`` (a slug; see ``team_for_new`` when None); a new draft of an existing workflow
+    keeps its team (``team`` naming another is refused) and needs authoring rights there.
     """
     try:
         document = load_document(text)
@@ -77,18 +82,30 @@ def workflow_import(*, user: User, text: str | bytes) -> Workflow:
                 message=f"there is no group named '{document.reviewer_group}'",
             )
         )
+    existing = Workflow.objects.filter(slug=document.slug).select_related("team").first()
+    if existing is not None:
+        refuse_outside_team(user, existing)
+        if team and team != existing.team.slug:
+            raise WorkflowError(
+                "another team",
+                {"team": [f"'{existing.slug}' is {existing.team}'s workflow, not {team}'s"]},
+            )
+    joins = existing.team if existing is not None else team_for_new(user, team)
+    problems += [
+        Problem(path=("settings", "credentials"), message=message)
+        for message in foreign_credentials(joins.pk, document.settings.credentials)
+    ]
     if problems:
         session_steps = list(document.session.steps) if document.session else None
         raise ImportRefused(locate(problems, source, list(document.steps), session_steps))
     assert group is not None
-    existing = Workflow.objects.filter(slug=document.slug).first()
     if existing is None:
         workflow = Workflow.objects.create(
-            name=document.name, slug=document.slug, owner=user, reviewer_group=group
+            name=document.name, slug=document.slug, team=joins, owner=user, reviewer_group=group
         )
         before = None
     else:
-        workflow = lock_workflow(existing.pk)
+        workflow = lock_workflow(existing.pk, user=user)
         refuse_archived(workflow)
         _refuse_unchanged(workflow, document)
         before = {**identity_of(workflow), "settings": settings_of(workflow)}
@@ -156,10 +173,13 @@ def _refuse_unchanged(workflow: Workflow, document: WorkflowDocument) -> None:
 def version_export(
     *, version_id: int, user: User, fmt: Literal["yaml", "json"]
 ) -> tuple[WorkflowVersion, str]:
-    """The file of a published version (credentials by name only). Writes an audit event."""
-    version = WorkflowVersion.objects.select_related("workflow").get(
+    """The file of a published version (credentials by name only). Writes an audit event.
+    Refused for someone who may not see its team's workflows."""
+    version = WorkflowVersion.objects.select_related("workflow__team").get(
         pk=version_id, status=WorkflowVersion.Status.PUBLISHED
     )
+    if not user_can(user, Capability.VIEW_WORKFLOWS, team_id=version.workflow.team_id):
+        raise WorkflowError(f"you may not read {version.workflow.team}'s workflows")
     document = WorkflowDocument.model_validate(version.document)
     text = dump_document(document, fmt)
     audit_record(

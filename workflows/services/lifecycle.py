@@ -28,6 +28,7 @@ from workflows.services.drafts import (
     settings_of,
 )
 from workflows.services.errors import WorkflowError
+from workflows.services.teams import foreign_credentials, team_for_new
 
 
 @transaction.atomic
@@ -39,8 +40,11 @@ def workflow_create(
     description: str = "",
     reviewer_group: Group | None = None,
     allowed_hosts: list[str] | None = None,
+    team: str | None = None,
 ) -> Workflow:
-    """Create a workflow with an empty draft. Not idempotent: a taken slug is refused."""
+    """Create a workflow with an empty draft in the team ``team`` (a slug; see
+    ``team_for_new`` when it is None). Not idempotent: a taken slug is refused."""
+    joins = team_for_new(user, team)
     _refuse_reserved(slug)
     if Workflow.objects.filter(slug=slug).exists():
         raise WorkflowError("taken", {"slug": [f"a workflow with the slug '{slug}' exists"]})
@@ -48,6 +52,7 @@ def workflow_create(
     workflow = Workflow.objects.create(
         name=name,
         slug=slug,
+        team=joins,
         description=description,
         owner=user,
         reviewer_group=reviewer_group or Group.objects.get(name="Reviewers"),
@@ -60,6 +65,7 @@ def workflow_create(
         object_id=workflow.pk,
         actor=user,
         after={**identity_of(workflow), "settings": settings_of(workflow)},
+        team_id=joins.pk,
     )
     return workflow
 
@@ -68,7 +74,7 @@ def workflow_create(
 def workflow_start_draft(*, workflow_id: int, user: User) -> tuple[WorkflowVersion, bool]:
     """The workflow's draft, started from its latest published version when there is none (then
     True, and an audit event). Idempotent: an existing draft is returned as it is."""
-    workflow = lock_workflow(workflow_id)
+    workflow = lock_workflow(workflow_id, user=user)
     refuse_archived(workflow)
     existing = workflow.versions.filter(status=WorkflowVersion.Status.DRAFT).first()
     if existing is not None:
@@ -140,7 +146,7 @@ def workflow_update_settings(
     once to every published version; only an administrator changes it, since it hands the
     workflow to AI agents.
     """
-    workflow = lock_workflow(workflow_id)
+    workflow = lock_workflow(workflow_id, user=user)
     refuse_archived(workflow)
     if (
         offer_as_tool is not None
@@ -173,6 +179,9 @@ def workflow_update_settings(
         )
     except ValidationError as exc:
         raise WorkflowError("invalid settings", _settings_errors(exc)) from None
+    foreign = foreign_credentials(workflow.team_id, [c.name for c in credentials])
+    if foreign:
+        raise WorkflowError("invalid settings", {"credentials": foreign})
     before = {
         **identity_of(workflow),
         "settings": settings_of(workflow),
@@ -280,7 +289,7 @@ def _changed(mine: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
 @transaction.atomic
 def workflow_set_archived(*, workflow_id: int, user: User, archived: bool) -> Workflow:
     """Archive (hide from launch, freeze edits) or restore a workflow. Idempotent."""
-    workflow = lock_workflow(workflow_id)
+    workflow = lock_workflow(workflow_id, user=user)
     if workflow.archived == archived:
         return workflow
     workflow.archived = archived

@@ -27,6 +27,7 @@ from workflows.services.drafts import (
     refuse_archived,
 )
 from workflows.services.errors import WorkflowError
+from workflows.services.teams import foreign_credentials
 
 
 class PublishRefused(WorkflowError):
@@ -70,6 +71,10 @@ def draft_review(workflow: Workflow, draft: WorkflowVersion) -> DraftReview:
             found.append(_located(problem, draft.steps, session_steps))
         return DraftReview(located_problems=found, located_warnings=[], document=None)
     problems = document_problems(document, credential_kinds=credential_kinds())
+    problems += [
+        Problem(path=("settings", "credentials"), message=message)
+        for message in foreign_credentials(workflow.team_id, document.settings.credentials)
+    ]
     if not document.steps:
         problems.append(Problem(path=("steps",), message="a workflow needs at least one step"))
     warnings = irreversible_warnings(
@@ -121,7 +126,7 @@ def workflow_publish_once(
     key = idempotency_key.strip()
     if key:
         # The retry waits for the publish it repeats, whose event it must find.
-        lock_workflow(workflow_id)
+        lock_workflow(workflow_id, user=user)
         earlier = (
             AuditEvent.objects.filter(
                 action="workflow.published",
@@ -166,7 +171,7 @@ def workflow_publish(
     "pay" but is not irreversible) unless ``accept_warnings``. Not idempotent: publishing twice
     needs a new draft in between (there is none right after publishing).
     """
-    workflow = lock_workflow(workflow_id)
+    workflow = lock_workflow(workflow_id, user=user)
     refuse_archived(workflow)
     draft = workflow.versions.filter(status=WorkflowVersion.Status.DRAFT).first()
     if draft is None:
