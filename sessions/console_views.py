@@ -77,7 +77,7 @@ def _pushed(
 @capability_required(Capability.VIEW_RUNS)
 def workflow_runs(request: AuthenticatedRequest, slug: str) -> HttpResponse:
     """One workflow's runs with the same filters (embedded on the workflow's page)."""
-    workflow = workflow_selectors.workflow_get(slug)
+    workflow = workflow_selectors.workflow_get(slug, user=request.user)
     context = runs_context(request, workflow=workflow.slug)
     context["workflow"] = workflow
     template = "sessions/workflow_runs.html"

@@ -29,7 +29,7 @@ from workflows.schema import STEP_ADAPTER, describe_step
 @require_POST
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def scratch_open(request: AuthenticatedRequest, slug: str) -> HttpResponse:
-    workflow = workflow_selectors.workflow_get(slug)
+    workflow = workflow_selectors.workflow_get(slug, user=request.user)
     try:
         session = scratch.scratch_open(workflow_id=workflow.pk, user=request.user)
     except scratch.ScratchError as exc:

@@ -40,7 +40,7 @@ from workflows.schema import Parameter
 @require_http_methods(["GET", "POST"])
 @capability_required(Capability.LAUNCH_RUNS)
 def run_launch(request: AuthenticatedRequest, slug: str) -> HttpResponse:
-    workflow = workflow_selectors.workflow_get(slug)
+    workflow = workflow_selectors.workflow_get(slug, user=request.user)
     version = workflow_selectors.published_versions(workflow).first()
     if version is None:
         messages.error(request, "Publish a version of this workflow before launching it.")
@@ -184,7 +184,8 @@ def session_template_context(request: AuthenticatedRequest, workflow: Workflow) 
     return {
         "workflow": workflow,
         "panel": selectors.session_template_panel(workflow, backend=settings.SANDBOX_BACKEND),
-        "can_rebake": user_can(request.user, Capability.LAUNCH_RUNS) and not workflow.archived,
+        "can_rebake": user_can(request.user, Capability.LAUNCH_RUNS, team_id=workflow.team_id)
+        and not workflow.archived,
     }
 
 
@@ -192,7 +193,8 @@ def session_template_context(request: AuthenticatedRequest, workflow: Workflow) 
 @capability_required(Capability.VIEW_WORKFLOWS)
 def session_template(request: AuthenticatedRequest, slug: str) -> HttpResponse:
     """The panel alone: what a page polls while a bake runs."""
-    context = session_template_context(request, workflow_selectors.workflow_get(slug))
+    workflow = workflow_selectors.workflow_get(slug, user=request.user)
+    context = session_template_context(request, workflow)
     if context["panel"] is None:
         raise Http404("this workflow has no session template")
     return render(request, "sessions/partials/_session_template.html", context)
@@ -202,7 +204,7 @@ def session_template(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 @capability_required(Capability.LAUNCH_RUNS)
 def session_template_bake(request: AuthenticatedRequest, slug: str) -> HttpResponse:
     """Re-bake the session template of the latest published version now."""
-    workflow = workflow_selectors.workflow_get(slug)
+    workflow = workflow_selectors.workflow_get(slug, user=request.user)
     version = workflow_selectors.published_versions(workflow).first()
     if version is None:
         messages.error(request, "Publish a version of this workflow first.")

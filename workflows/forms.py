@@ -8,6 +8,7 @@ from django.utils.text import slugify
 from pydantic import BaseModel
 
 from pandaweb.core.fields import ModelChoicesField
+from pandaweb.core.models import Team
 from sessions.engine.steps.assertion import CHECK_ADAPTER
 from sessions.engine.steps.extract import ExtractField
 from sessions.engine.steps.language import Target
@@ -42,6 +43,21 @@ TARGET_HELP = (
 
 def lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def offer_team_choice(
+    form: forms.Form, teams: list[Team], *, required: bool = True, help_text: str = ""
+) -> None:
+    """A "team" field on a form that makes something, only for someone who may make it in more
+    than one team: whoever has one team keeps the form they had (the service picks that team)."""
+    if len(teams) < 2:
+        return
+    choices = [(team.slug, team.name) for team in teams]
+    form.fields["team"] = forms.ChoiceField(
+        choices=choices if required else [("", "—"), *choices],
+        required=required,
+        help_text=help_text,
+    )
 
 
 class WorkflowCreateForm(forms.Form):

@@ -5,6 +5,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -28,6 +29,7 @@ from workflows.forms import (
     WorkflowCreateForm,
     WorkflowSettingsForm,
     lines,
+    offer_team_choice,
 )
 from workflows.models import Credential, Workflow
 from workflows.schema import SESSION_STEP_TYPES, STEP_LABELS, STEP_TYPES, Parameter
@@ -39,8 +41,22 @@ STEP_PALETTE = list(STEP_LABELS.items())
 SESSION_PALETTE = [(kind, label) for kind, label in STEP_PALETTE if kind in SESSION_STEP_TYPES]
 
 
-def _editable(request: AuthenticatedRequest) -> bool:
-    return user_can(request.user, Capability.AUTHOR_WORKFLOWS)
+def _editable(request: AuthenticatedRequest, workflow: Workflow | None = None) -> bool:
+    """Whether the person may author ``workflow`` (its team's), or workflows somewhere."""
+    return user_can(
+        request.user,
+        Capability.AUTHOR_WORKFLOWS,
+        team_id=workflow.team_id if workflow is not None else None,
+    )
+
+
+def _workflow(request: AuthenticatedRequest, slug: str, *, author: bool = False) -> Workflow:
+    """The workflow, 404 when it is another team's; with ``author``, 403 for someone who sees it
+    but may not change it (a reviewer of its team who also authors in another)."""
+    workflow = selectors.workflow_get(slug, user=request.user)
+    if author and not _editable(request, workflow):
+        raise PermissionDenied(f"You may not change {workflow.team}'s workflows.")
+    return workflow
 
 
 def _editor_context(request: AuthenticatedRequest, workflow: Workflow) -> dict[str, Any]:
@@ -68,13 +84,14 @@ def _editor_context(request: AuthenticatedRequest, workflow: Workflow) -> dict[s
         "settings": setting_views,
         "settings_changed": sum(row.draft is not None for row in setting_views),
         "palette": STEP_PALETTE,
-        "can_edit": _editable(request) and not workflow.archived,
-        "can_author": _editable(request),
-        "can_launch": user_can(request.user, Capability.LAUNCH_RUNS),
+        "can_edit": _editable(request, workflow) and not workflow.archived,
+        "can_author": _editable(request, workflow),
+        "can_launch": user_can(request.user, Capability.LAUNCH_RUNS, team_id=workflow.team_id),
         "session_panel": session_selectors.session_template_panel(
             workflow, backend=settings.SANDBOX_BACKEND
         ),
-        "can_rebake": user_can(request.user, Capability.LAUNCH_RUNS) and not workflow.archived,
+        "can_rebake": user_can(request.user, Capability.LAUNCH_RUNS, team_id=workflow.team_id)
+        and not workflow.archived,
     }
 
 
@@ -111,7 +128,7 @@ def workflow_index(request: AuthenticatedRequest) -> HttpResponse:
     search = request.GET.get("q", "").strip()
     archived = request.GET.get("archived") == "1"
     context = {
-        "workflows": selectors.workflow_list(search=search, archived=archived),
+        "workflows": selectors.workflow_list(user=request.user, search=search, archived=archived),
         "search": search,
         "archived": archived,
         "can_author": _editable(request),
@@ -124,11 +141,13 @@ def workflow_index(request: AuthenticatedRequest) -> HttpResponse:
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def workflow_create(request: AuthenticatedRequest) -> HttpResponse:
     form = WorkflowCreateForm(request.POST or None)
+    offer_team_choice(form, selectors.authoring_teams(request.user))
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
             workflow = services.workflow_create(
                 user=request.user,
+                team=data.get("team") or None,
                 name=data["name"],
                 slug=data["slug"],
                 description=data["description"],
@@ -147,6 +166,12 @@ def workflow_create(request: AuthenticatedRequest) -> HttpResponse:
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def workflow_import(request: AuthenticatedRequest) -> HttpResponse:
     form = ImportForm(request.POST or None, request.FILES or None)
+    offer_team_choice(
+        form,
+        selectors.authoring_teams(request.user),
+        required=False,
+        help_text="For a new workflow; a new draft of an existing one stays in its team.",
+    )
     problems: list[str] = []
     if request.method == "POST" and form.is_valid():
         upload = form.cleaned_data["file"]
@@ -154,7 +179,11 @@ def workflow_import(request: AuthenticatedRequest) -> HttpResponse:
             form.add_error("file", "the file is larger than 1 MB")
         else:
             try:
-                workflow = services.workflow_import(user=request.user, text=upload.read())
+                workflow = services.workflow_import(
+                    user=request.user,
+                    text=upload.read(),
+                    team=form.cleaned_data.get("team") or None,
+                )
             except services.ImportUnchanged as exc:
                 messages.info(request, f"Nothing was imported: {exc}; no draft was made.")
                 return redirect("workflows:detail", slug=exc.workflow.slug)
@@ -176,16 +205,20 @@ def workflow_import(request: AuthenticatedRequest) -> HttpResponse:
 @require_GET
 @capability_required(Capability.VIEW_WORKFLOWS)
 def workflow_detail(request: AuthenticatedRequest, slug: str) -> HttpResponse:
-    workflow = selectors.workflow_get(slug)
+    workflow = _workflow(request, slug)
     return render(request, "workflows/detail.html", _editor_context(request, workflow))
 
 
 @require_http_methods(["GET", "POST"])
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def workflow_settings(request: AuthenticatedRequest, slug: str) -> HttpResponse:
-    workflow = selectors.workflow_get(slug)
+    workflow = _workflow(request, slug, author=True)
     initial = WorkflowSettingsForm.initial_from(workflow)
     form = WorkflowSettingsForm(request.POST or None, initial=initial)
+    # Only the workflow's team's credentials may be chosen (the service refuses others).
+    form.fields["credentials"].queryset = Credential.objects.filter(  # type: ignore[attr-defined]
+        team_id=workflow.team_id
+    ).order_by("name")
     if not (
         request.user.is_superuser or request.user.groups.filter(name=Role.ADMINS.value).exists()
     ):
@@ -246,7 +279,7 @@ def step_edit(
 ) -> HttpResponse:
     """Add a step (``index`` None, type from ``?type=``) or edit the step at ``index``; with
     ``session``, a step of the session template."""
-    workflow = selectors.workflow_get(slug)
+    workflow = _workflow(request, slug, author=True)
     draft = selectors.working_copy(workflow)
     existing = None
     allowed = SESSION_STEP_TYPES if session else STEP_TYPES
@@ -322,7 +355,7 @@ def _fresh_id(draft: Any, step_type: str) -> str:
 def step_action(
     request: AuthenticatedRequest, slug: str, index: int, action: str, session: bool = False
 ) -> HttpResponse:
-    workflow = selectors.workflow_get(slug)
+    workflow = _workflow(request, slug, author=True)
     step_id = request.POST.get("step_id", "")
     user, pk = request.user, workflow.pk
     try:
@@ -355,7 +388,7 @@ def step_action(
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def session_edit(request: AuthenticatedRequest, slug: str) -> HttpResponse:
     """The session template's logged-in check: its page, its target, how often it is re-baked."""
-    workflow = selectors.workflow_get(slug)
+    workflow = _workflow(request, slug, author=True)
     draft = selectors.working_copy(workflow)
     session = (draft.session if draft else None) or {}
     initial: dict[str, Any] = {"rebake_every_hours": 12}
@@ -392,7 +425,7 @@ def session_edit(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 @require_POST
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def session_remove(request: AuthenticatedRequest, slug: str) -> HttpResponse:
-    workflow = selectors.workflow_get(slug)
+    workflow = _workflow(request, slug, author=True)
     try:
         services.session_remove(workflow_id=workflow.pk, user=request.user)
     except services.WorkflowError as exc:
@@ -405,7 +438,7 @@ def session_remove(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 def parameter_edit(
     request: AuthenticatedRequest, slug: str, index: int | None = None
 ) -> HttpResponse:
-    workflow = selectors.workflow_get(slug)
+    workflow = _workflow(request, slug, author=True)
     draft = selectors.working_copy(workflow)
     initial: dict[str, Any] = {"required": True}
     if index is not None:
@@ -435,7 +468,7 @@ def parameter_edit(
 @require_POST
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def parameter_delete(request: AuthenticatedRequest, slug: str, index: int) -> HttpResponse:
-    workflow = selectors.workflow_get(slug)
+    workflow = _workflow(request, slug, author=True)
     try:
         services.parameter_delete(
             workflow_id=workflow.pk,
@@ -451,7 +484,7 @@ def parameter_delete(request: AuthenticatedRequest, slug: str, index: int) -> Ht
 @require_POST
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def workflow_publish(request: AuthenticatedRequest, slug: str) -> HttpResponse:
-    workflow = selectors.workflow_get(slug)
+    workflow = _workflow(request, slug, author=True)
     try:
         version = services.workflow_publish(
             workflow_id=workflow.pk,
@@ -479,7 +512,7 @@ def workflow_publish(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 @require_POST
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def workflow_archive(request: AuthenticatedRequest, slug: str) -> HttpResponse:
-    workflow = selectors.workflow_get(slug)
+    workflow = _workflow(request, slug, author=True)
     archived = request.POST.get("archived") == "1"
     services.workflow_set_archived(workflow_id=workflow.pk, user=request.user, archived=archived)
     messages.success(request, f"'{workflow.name}' {'archived' if archived else 'restored'}.")
@@ -492,7 +525,7 @@ def workflow_archive(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 @require_GET
 @capability_required(Capability.VIEW_WORKFLOWS)
 def version_detail(request: AuthenticatedRequest, slug: str, number: int) -> HttpResponse:
-    workflow = selectors.workflow_get(slug)
+    workflow = _workflow(request, slug)
     version = selectors.version_get(workflow, number)
     document = version.document or {}
     context = {
@@ -508,7 +541,7 @@ def version_detail(request: AuthenticatedRequest, slug: str, number: int) -> Htt
 @require_GET
 @capability_required(Capability.VIEW_WORKFLOWS)
 def version_export(request: AuthenticatedRequest, slug: str, number: int, fmt: str) -> HttpResponse:
-    workflow = selectors.workflow_get(slug)
+    workflow = _workflow(request, slug)
     version = selectors.version_get(workflow, number)
     _, text = services.version_export(
         version_id=version.pk, user=request.user, fmt="json" if fmt == "json" else "yaml"
@@ -524,7 +557,7 @@ def version_export(request: AuthenticatedRequest, slug: str, number: int, fmt: s
 @require_GET
 @capability_required(Capability.VIEW_WORKFLOWS)
 def version_diff(request: AuthenticatedRequest, slug: str) -> HttpResponse:
-    workflow = selectors.workflow_get(slug)
+    workflow = _workflow(request, slug)
     versions = list(selectors.published_versions(workflow))
     draft = selectors.draft_of(workflow)
     choices = [(str(v.number), f"v{v.number} — {v.message}") for v in versions]
@@ -559,7 +592,10 @@ def version_diff(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 @require_GET
 @capability_required(Capability.VIEW_WORKFLOWS)
 def credential_index(request: AuthenticatedRequest) -> HttpResponse:
-    context = {"credentials": selectors.credential_list(), "can_author": _editable(request)}
+    context = {
+        "credentials": selectors.credential_list(user=request.user),
+        "can_author": _editable(request),
+    }
     return render(request, "workflows/credentials.html", context)
 
 
@@ -567,10 +603,16 @@ def credential_index(request: AuthenticatedRequest) -> HttpResponse:
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def credential_create(request: AuthenticatedRequest) -> HttpResponse:
     form = CredentialForm(request.POST or None)
+    offer_team_choice(
+        form,
+        selectors.authoring_teams(request.user),
+        help_text="Only this team's workflows may use it.",
+    )
     if request.method == "POST" and form.is_valid():
         try:
             credential = services.credential_create(
                 user=request.user,
+                team=form.cleaned_data.get("team") or None,
                 name=form.cleaned_data["name"],
                 kind=form.cleaned_data["kind"],
                 description=form.cleaned_data["description"],
@@ -587,9 +629,9 @@ def credential_create(request: AuthenticatedRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def credential_replace(request: AuthenticatedRequest, pk: int) -> HttpResponse:
-    credential = Credential.objects.filter(pk=pk).first()
-    if credential is None:
-        raise Http404("no such credential")
+    credential = selectors.credential_get(user=request.user, pk=pk)
+    if not user_can(request.user, Capability.AUTHOR_WORKFLOWS, team_id=credential.team_id):
+        raise PermissionDenied(f"You may not change {credential.team}'s credentials.")
     form = CredentialValueForm(request.POST or None, kind=credential.kind)
     if request.method == "POST" and form.is_valid():
         try:

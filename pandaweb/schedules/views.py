@@ -54,7 +54,7 @@ def _add_errors(form: ScheduleForm, exc: services.ScheduleError) -> None:
 @require_http_methods(["GET", "POST"])
 @capability_required(Capability.LAUNCH_RUNS)
 def schedule_create(request: AuthenticatedRequest, slug: str) -> HttpResponse:
-    workflow = workflow_selectors.workflow_get(slug)
+    workflow = workflow_selectors.workflow_get(slug, user=request.user)
     version = _version(workflow)
     if version is None or workflow.archived:
         messages.error(request, "Publish a version of this workflow before scheduling it.")
@@ -147,7 +147,7 @@ def schedule_pause(request: AuthenticatedRequest, schedule_id: int) -> HttpRespo
 @require_http_methods(["GET", "POST"])
 @capability_required(Capability.LAUNCH_RUNS)
 def batch_create(request: AuthenticatedRequest, slug: str) -> HttpResponse:
-    workflow = workflow_selectors.workflow_get(slug)
+    workflow = workflow_selectors.workflow_get(slug, user=request.user)
     version = _version(workflow)
     if version is None or workflow.archived:
         messages.error(request, "Publish a version of this workflow before launching a batch.")
@@ -185,7 +185,7 @@ def batch_create(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 @capability_required(Capability.LAUNCH_RUNS)
 def batch_template(request: AuthenticatedRequest, slug: str) -> HttpResponse:
     """An empty file with the right header line, to fill in a spreadsheet."""
-    workflow = workflow_selectors.workflow_get(slug)
+    workflow = workflow_selectors.workflow_get(slug, user=request.user)
     names = [p.name for p in _parameters(_version(workflow))]
     response = HttpResponse(",".join(names) + "\r\n", content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{workflow.slug}-batch.csv"'

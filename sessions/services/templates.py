@@ -19,6 +19,8 @@ from django.utils import timezone
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from pandaweb.core.dispatch import dispatch, task_named
+from pandaweb.core.permissions import user_can
+from pandaweb.core.roles import Capability
 from sessions.models import SessionTemplate
 from sessions.services.runstate import host_queue
 from sessions.services.sandboxes import sandbox_backend
@@ -117,6 +119,11 @@ def request_bake(
         raise TemplateError(f"version {version.number or 'draft'} has no session template")
     if version.workflow.archived:
         raise TemplateError("this workflow is archived")
+    # A person (not the schedule, nor a run's own re-bake) re-bakes their team's templates only.
+    if user is not None and not user_can(
+        user, Capability.LAUNCH_RUNS, team_id=version.workflow.team_id
+    ):
+        raise TemplateError("you may not re-bake another team's session templates")
     baking = SessionTemplate.objects.filter(
         version=version, backend=backend, host=host, status=T.BAKING
     )
