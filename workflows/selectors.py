@@ -15,13 +15,10 @@ from sessions.engine.steps.language import Target
 from workflows.models import Credential, Workflow, WorkflowVersion
 from workflows.schema import STEP_ADAPTER, WorkflowSettings, describe_step
 
-
 Person = AbstractBaseUser | AnonymousUser
 
 
-def workflow_list(
-    *, user: Person, search: str = "", archived: bool = False
-) -> QuerySet[Workflow]:
+def workflow_list(*, user: Person, search: str = "", archived: bool = False) -> QuerySet[Workflow]:
     """The workflows of the teams where ``user`` may see workflows."""
     workflows = in_teams(
         Workflow.objects.filter(archived=archived), user, Capability.VIEW_WORKFLOWS

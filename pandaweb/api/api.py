@@ -233,6 +233,7 @@ def _workflow_out(workflow: Workflow) -> WorkflowOut:
     return WorkflowOut(
         slug=workflow.slug,
         name=workflow.name,
+        team=workflow.team.slug,
         description=workflow.description,
         latest_version=latest,
         archived=workflow.archived,
@@ -244,16 +245,17 @@ def _workflow_out(workflow: Workflow) -> WorkflowOut:
 
 @workflows.get("/", response=list[WorkflowOut], url_name="workflow_list")
 def workflow_list(request: HttpRequest, archived: bool = False) -> list[WorkflowOut]:
-    """Workflows, by name (every role that sees workflows sees every one)."""
-    _auth(request, Scope.WORKFLOWS_READ)
-    listed = workflow_selectors.workflow_list(archived=archived).filter(  # type: ignore[misc]
+    """Workflows of the teams where the token's owner sees workflows, by name."""
+    context = _auth(request, Scope.WORKFLOWS_READ)
+    listed = workflow_selectors.workflow_list(user=context.user, archived=archived).filter(  # type: ignore[misc]
         published_count__gt=0
     )
     return [_workflow_out(w) for w in listed]
 
 
-def _published(slug: str, number: int) -> WorkflowVersion:
-    return workflow_selectors.version_get(workflow_selectors.workflow_get(slug), number)
+def _published(slug: str, number: int, user: User) -> WorkflowVersion:
+    """A published version, 404 also when the workflow is another team's."""
+    return workflow_selectors.version_get(workflow_selectors.workflow_get(slug, user=user), number)
 
 
 @workflows.get(
@@ -261,8 +263,8 @@ def _published(slug: str, number: int) -> WorkflowVersion:
 )
 def workflow_version(request: HttpRequest, slug: str, number: int) -> WorkflowVersionOut:
     """One published version with its parameters and their JSON Schema (what ``inputs`` takes)."""
-    _auth(request, Scope.WORKFLOWS_READ)
-    version = _published(slug, number)
+    context = _auth(request, Scope.WORKFLOWS_READ)
+    version = _published(slug, number, context.user)
     document = version.document or {}
     parameters = list(document.get("parameters", []))
     return WorkflowVersionOut(
@@ -281,8 +283,8 @@ def workflow_version(request: HttpRequest, slug: str, number: int) -> WorkflowVe
 @workflows.get("/{slug}/versions/{int:number}/yaml", url_name="workflow_version_yaml")
 def workflow_version_yaml(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     """The version as a workflow file, the same as the dashboard's export."""
-    _auth(request, Scope.WORKFLOWS_READ)
-    version = _published(slug, number)
+    context = _auth(request, Scope.WORKFLOWS_READ)
+    version = _published(slug, number, context.user)
     text = dump_document(WorkflowDocument.model_validate(version.document), "yaml")
     response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{slug}-v{number}.yaml"'

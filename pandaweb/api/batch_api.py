@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
@@ -20,6 +21,8 @@ from pandaweb.api.idempotency import idempotency_key_header, key_reused
 from pandaweb.api.problems import Problem
 from pandaweb.api.schemas import InputValue
 from pandaweb.api.scopes import Scope
+from pandaweb.core.permissions import in_teams
+from pandaweb.core.roles import Capability
 from pandaweb.schedules import selectors, services
 from pandaweb.schedules.models import Batch, BatchRow
 from pandaweb.schedules.services.versions import published_version
@@ -130,9 +133,10 @@ def _out(batch: Batch) -> BatchOut:
     )
 
 
-def _workflow(slug: str) -> Workflow:
-    """The workflow named, or a 422 on ``workflow`` in the batch page's words."""
-    workflow = Workflow.objects.filter(slug=slug).first()
+def _workflow(slug: str, user: User) -> Workflow:
+    """The workflow named, or a 422 on ``workflow`` in the batch page's words (no such workflow
+    when it is another team's)."""
+    workflow = in_teams(Workflow.objects.filter(slug=slug), user, Capability.VIEW_WORKFLOWS).first()
     if workflow is None:
         message = f"no workflow has the slug {slug!r}"
     elif workflow.archived:
@@ -156,7 +160,7 @@ def _launch(
     """One way in for both bodies: the workflow, the service, its refusals (``whole`` is the
     field a refusal of all the rows names: the file, or the rows)."""
     context = token_with_scope(request, Scope.RUNS_LAUNCH)
-    workflow = _workflow(slug)
+    workflow = _workflow(slug, context.user)
     try:
         batch, created = services.batch_create_once(
             workflow_id=workflow.pk,
@@ -174,7 +178,7 @@ def _launch(
             raise Problem(422, str(exc), type="batch-refused", errors=errors) from None
         errors = [{"field": whole, "message": m} for m in exc.problems or [str(exc)]]
         raise Problem(422, str(exc), type="batch-refused", errors=errors) from None
-    return Status(201 if created else 200, _out(selectors.batch_get(batch.pk)))
+    return Status(201 if created else 200, _out(selectors.batch_get(batch.pk, user=context.user)))
 
 
 @router.post(
@@ -278,16 +282,16 @@ def _csv_body(request: HttpRequest) -> tuple[str, bytes]:
 def batch_get(request: HttpRequest, batch_id: int) -> BatchOut:
     """The batch's progress as its page shows it: each row with its inputs, its run and status,
     the approval its run waits at, and the problems of a row kept back. Scope: ``runs:read``."""
-    token_with_scope(request, Scope.RUNS_READ)
-    return _out(selectors.batch_get(batch_id))
+    context = token_with_scope(request, Scope.RUNS_READ)
+    return _out(selectors.batch_get(batch_id, user=context.user))
 
 
 @router.get("/{int:batch_id}/outputs.csv", url_name="batch_outputs", summary="A batch's outputs")
 def batch_outputs(request: HttpRequest, batch_id: int) -> HttpResponse:
     """The batch page's outputs file: line, run, status, the inputs, every output and the
     failure reason, one row per line of the batch. Scope: ``runs:read``."""
-    token_with_scope(request, Scope.RUNS_READ)
-    batch = selectors.batch_get(batch_id)
+    context = token_with_scope(request, Scope.RUNS_READ)
+    batch = selectors.batch_get(batch_id, user=context.user)
     response = HttpResponse(
         services.batch_outputs_csv(batch), content_type="text/csv; charset=utf-8"
     )

@@ -9,7 +9,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django import forms
-from django.http import Http404, HttpRequest
+from django.contrib.auth.models import User
+from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Router, Schema, Status
 from pydantic import Field
@@ -36,6 +37,7 @@ VALUES_DESCRIPTION = (
 
 class CredentialOut(Schema):
     name: str
+    team: str = Field(description="The slug of the team whose workflows alone may use it.")
     kind: str
     description: str
     used_by: list[str] = Field(description="The slugs of the workflows that use it.")
@@ -49,6 +51,11 @@ class CredentialIn(Schema):
     name: str = Field(description="Letters, digits, - and _; how workflow files name it.")
     kind: Kind
     description: str = ""
+    team: str | None = Field(
+        None,
+        description="The slug of the team whose workflows may use it; needed only by someone "
+        "who writes workflows in several teams.",
+    )
     values: dict[str, str] = Field(description=VALUES_DESCRIPTION)
 
 
@@ -59,6 +66,7 @@ class CredentialValueIn(Schema):
 def _out(credential: Credential) -> CredentialOut:
     return CredentialOut(
         name=credential.name,
+        team=credential.team.slug,
         kind=credential.kind,
         description=credential.description,
         used_by=[w.slug for w in credential.workflows.all()],
@@ -97,11 +105,9 @@ def _checked(form: forms.Form, values: dict[str, str], kind: str) -> None:
         raise _refused(errors)
 
 
-def _credential(name: str) -> Credential:
-    credential = selectors.credential_list().filter(name=name).first()
-    if credential is None:
-        raise Http404("no such credential")
-    return credential
+def _credential(name: str, user: User) -> Credential:
+    """The credential, 404 also when it is another team's."""
+    return selectors.credential_get(user=user, name=name)
 
 
 @router.get(
@@ -109,9 +115,10 @@ def _credential(name: str) -> Credential:
 )
 def credential_list(request: HttpRequest) -> list[CredentialOut]:
     """Every credential by name, with its kind, the workflows that use it and when its value
-    was set: what the credentials page shows. Never a value. Scope: ``workflows:read``."""
-    token_with_scope(request, Scope.WORKFLOWS_READ)
-    return [_out(c) for c in selectors.credential_list()]
+    was set: what the credentials page shows, for the teams where the token's owner sees
+    workflows. Never a value. Scope: ``workflows:read``."""
+    context = token_with_scope(request, Scope.WORKFLOWS_READ)
+    return [_out(c) for c in selectors.credential_list(user=context.user)]
 
 
 @router.post(
@@ -120,7 +127,8 @@ def credential_list(request: HttpRequest) -> list[CredentialOut]:
 def credential_create(request: HttpRequest, payload: CredentialIn) -> Status[CredentialOut]:
     """Store a new secret encrypted, as the credentials page's form does (audited as
     ``credential.created``, by name). A name in use is a 422 on ``name``; a missing or
-    malformed value a 422 on ``values.<field>``. Scope: ``credentials:write``."""
+    malformed value a 422 on ``values.<field>``; without ``team``, from someone who writes
+    workflows in several teams, a 422 on ``team``. Scope: ``credentials:write``."""
     context = token_with_scope(request, Scope.CREDENTIALS_WRITE)
     data: dict[str, Any] = {
         "name": payload.name,
@@ -133,6 +141,7 @@ def credential_create(request: HttpRequest, payload: CredentialIn) -> Status[Cre
     try:
         credential = services.credential_create(
             user=context.user,
+            team=payload.team,
             name=form.cleaned_data["name"],
             kind=form.cleaned_data["kind"],
             description=form.cleaned_data["description"],
@@ -140,7 +149,7 @@ def credential_create(request: HttpRequest, payload: CredentialIn) -> Status[Cre
         )
     except services.WorkflowError as exc:
         raise _refused(exc.field_errors) from None
-    return Status(201, _out(_credential(credential.name)))
+    return Status(201, _out(_credential(credential.name, context.user)))
 
 
 @router.post(
@@ -156,7 +165,7 @@ def credential_replace_value(
     using it stay. Runs from now on type the new value. Audited as
     ``credential.value_replaced``, by name. Scope: ``credentials:write``."""
     context = token_with_scope(request, Scope.CREDENTIALS_WRITE)
-    credential = _credential(name)
+    credential = _credential(name, context.user)
     form = CredentialValueForm(payload.values, kind=credential.kind)
     _checked(form, payload.values, credential.kind)
     try:
@@ -164,5 +173,7 @@ def credential_replace_value(
             credential_id=credential.pk, user=context.user, values=form.secret_values()
         )
     except services.WorkflowError as exc:
+        if not exc.field_errors:
+            raise Problem(403, str(exc), type="credential-refused") from None
         raise _refused(exc.field_errors) from None
-    return _out(_credential(name))
+    return _out(_credential(name, context.user))

@@ -24,6 +24,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db.models import QuerySet
 from django.urls import reverse
 from mcp import types
 from mcp.server.context import ServerRequestContext
@@ -39,6 +40,8 @@ from pandaweb.api.scopes import Scope
 from pandaweb.api.services import TokenContext, token_authenticate
 from pandaweb.audit.context import current_request
 from pandaweb.audit.redaction import redact
+from pandaweb.core.permissions import in_teams
+from pandaweb.core.roles import Capability
 from sessions.models import Run, StepResult
 from sessions.services import RunError, TransitionRefused, run_cancel, run_launch
 from workflows.models import Workflow, WorkflowVersion
@@ -150,9 +153,19 @@ _RUN_ID_INPUT: dict[str, Any] = {
 }
 
 
-def _offered() -> list[tuple[Workflow, WorkflowVersion]]:
+def _offerable(token: TokenContext) -> QuerySet[Workflow]:
+    """The workflows offered as tools to this token: those of the teams where its owner launches
+    runs (a tool launches one), so another team's workflow is not even named."""
+    return in_teams(
+        Workflow.objects.filter(offer_as_tool=True, archived=False),
+        token.user,
+        Capability.LAUNCH_RUNS,
+    )
+
+
+def _offered(token: TokenContext) -> list[tuple[Workflow, WorkflowVersion]]:
     offered = []
-    for workflow in Workflow.objects.filter(offer_as_tool=True, archived=False).order_by("slug"):
+    for workflow in _offerable(token).order_by("slug"):
         version = _latest_version(workflow)
         if version is not None:
             offered.append((workflow, version))
@@ -164,7 +177,7 @@ def list_tools_for(token: TokenContext) -> list[types.Tool]:
     if not token.allows(Scope.TOOLS_CALL):
         return []
     tools = []
-    for workflow, version in _offered():
+    for workflow, version in _offered(token):
         document = version.document or {}
         tools.append(
             types.Tool(
@@ -285,7 +298,7 @@ def launch_for(
     """Launch the offered workflow ``name``; returns (run id, its step count)."""
     if not caller.token.allows(Scope.TOOLS_CALL):
         raise ToolRefused(f"Unknown tool {name!r}.")
-    workflow = Workflow.objects.filter(slug=name, offer_as_tool=True, archived=False).first()
+    workflow = _offerable(caller.token).filter(slug=name).first()
     version = _latest_version(workflow) if workflow is not None else None
     if workflow is None or version is None:
         raise ToolRefused(f"Unknown tool {name!r}.")

@@ -9,6 +9,7 @@ import contextlib
 from datetime import datetime
 from typing import Any, Literal
 
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
@@ -19,6 +20,8 @@ from pandaweb.api.access import token_with_scope
 from pandaweb.api.problems import Problem, field_errors
 from pandaweb.api.schemas import InputValue
 from pandaweb.api.scopes import Scope
+from pandaweb.core.permissions import in_teams
+from pandaweb.core.roles import Capability
 from pandaweb.schedules import selectors, services
 from pandaweb.schedules.models import Schedule
 from workflows.models import Workflow
@@ -124,9 +127,10 @@ def _refused(exc: services.ScheduleError) -> Problem:
     return Problem(422, INVALID, errors=field_errors(named))
 
 
-def _workflow_refusal(slug: str) -> Problem | None:
-    """The schedule page's own refusal, before its form: no published version to launch."""
-    workflow = Workflow.objects.filter(slug=slug).only("archived").first()
+def _workflow_refusal(slug: str, user: User) -> Problem | None:
+    """The schedule page's own refusal, before its form: no published version to launch (nor
+    a workflow, when it is another team's)."""
+    workflow = in_teams(Workflow.objects.filter(slug=slug), user, Capability.VIEW_WORKFLOWS).first()
     if workflow is None:
         message = f"no workflow has the slug {slug!r}"
     elif workflow.archived:
@@ -138,10 +142,11 @@ def _workflow_refusal(slug: str) -> Problem | None:
 
 @router.get("/", response=list[ScheduleOut], url_name="schedule_list", summary="List schedules")
 def schedule_list(request: HttpRequest, workflow: str = "") -> list[ScheduleOut]:
-    """Every schedule (``?workflow=<slug>``: one workflow's), by workflow and name, each with its
-    expression in words and next launch times. Scope: ``workflows:read``."""
-    token_with_scope(request, Scope.WORKFLOWS_READ)
-    return [_out(s) for s in selectors.schedule_list(workflow_slug=workflow)]
+    """Every schedule (``?workflow=<slug>``: one workflow's) of the teams where the token's owner
+    sees workflows, by workflow and name, each with its expression in words and next launch
+    times. Scope: ``workflows:read``."""
+    context = token_with_scope(request, Scope.WORKFLOWS_READ)
+    return [_out(s) for s in selectors.schedule_list(user=context.user, workflow_slug=workflow)]
 
 
 @router.get(
@@ -149,8 +154,8 @@ def schedule_list(request: HttpRequest, workflow: str = "") -> list[ScheduleOut]
 )
 def schedule_get(request: HttpRequest, schedule_id: int) -> ScheduleOut:
     """The schedule as its page shows it. Scope: ``workflows:read``."""
-    token_with_scope(request, Scope.WORKFLOWS_READ)
-    return _out(selectors.schedule_get(schedule_id))
+    context = token_with_scope(request, Scope.WORKFLOWS_READ)
+    return _out(selectors.schedule_get(schedule_id, user=context.user))
 
 
 @router.post(
@@ -162,7 +167,7 @@ def schedule_create(request: HttpRequest, payload: ScheduleIn) -> Status[Schedul
     expression, time zone or input is a 422 naming the field (``cron``, ``inputs.amount``).
     Scope: ``schedules:write``."""
     context = token_with_scope(request, Scope.SCHEDULES_WRITE)
-    if refusal := _workflow_refusal(payload.workflow):
+    if refusal := _workflow_refusal(payload.workflow, context.user):
         raise refusal
     workflow = Workflow.objects.get(slug=payload.workflow)
     spec = services.ScheduleSpec(
@@ -184,7 +189,7 @@ def schedule_create(request: HttpRequest, payload: ScheduleIn) -> Status[Schedul
                 )
     except services.ScheduleError as exc:
         raise _refused(exc) from None
-    return Status(201, _out(selectors.schedule_get(schedule.pk)))
+    return Status(201, _out(selectors.schedule_get(schedule.pk, user=context.user)))
 
 
 @router.patch(
@@ -202,7 +207,7 @@ def schedule_update(
     the next tick, nothing paused over is made up. All or nothing; sending what it already is
     changes nothing and writes no audit event. Scope: ``schedules:write``."""
     context = token_with_scope(request, Scope.SCHEDULES_WRITE)
-    schedule = selectors.schedule_get(schedule_id)
+    schedule = selectors.schedule_get(schedule_id, user=context.user)
     sent = payload.model_dump(exclude_unset=True)
     nulls = sorted(name for name, value in sent.items() if value is None)
     if nulls:
@@ -233,7 +238,7 @@ def schedule_update(
                 )
     except services.ScheduleError as exc:
         raise _refused(exc) from None
-    return _out(selectors.schedule_get(schedule.pk))
+    return _out(selectors.schedule_get(schedule.pk, user=context.user))
 
 
 @router.delete(
@@ -246,8 +251,11 @@ def schedule_delete(request: HttpRequest, schedule_id: int) -> HttpResponse:
     """It launches nothing more; the runs it launched stay (audited as ``schedule.deleted``,
     with what it was). Scope: ``schedules:write``."""
     context = token_with_scope(request, Scope.SCHEDULES_WRITE)
-    schedule = selectors.schedule_get(schedule_id)
+    schedule = selectors.schedule_get(schedule_id, user=context.user)
     # Deleted by another request since it was read: what this one asked for.
-    with contextlib.suppress(Schedule.DoesNotExist):
-        services.schedule_delete(schedule_id=schedule.pk, user=context.user)
+    try:
+        with contextlib.suppress(Schedule.DoesNotExist):
+            services.schedule_delete(schedule_id=schedule.pk, user=context.user)
+    except services.ScheduleError as exc:
+        raise _refused(exc) from None
     return HttpResponse(status=204)

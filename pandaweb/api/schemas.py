@@ -12,6 +12,7 @@ from pydantic import Field
 class WorkflowOut(Schema):
     slug: str
     name: str
+    team: str = Field(description="The slug of the team whose workflow it is.")
     description: str
     latest_version: int | None
     archived: bool

@@ -75,6 +75,7 @@ def _detail(workflow: Workflow) -> WorkflowDetailOut:
     return WorkflowDetailOut(
         slug=workflow.slug,
         name=workflow.name,
+        team=workflow.team.slug,
         description=workflow.description,
         latest_version=number,
         archived=workflow.archived,
@@ -133,10 +134,20 @@ def _refusal(exc: services.WorkflowError, *, fields: dict[str, str] | None = Non
         }
     },
 )
-def workflow_import(request: HttpRequest) -> Status[WorkflowDetailOut]:
+def workflow_import(
+    request: HttpRequest,
+    team: str | None = Query(
+        None,
+        description="The slug of the team a new workflow joins; needed only by someone who "
+        "writes workflows in several teams. A new draft of an existing workflow stays in its "
+        "team.",
+    ),
+) -> Status[WorkflowDetailOut]:
     """The file becomes the draft of the workflow with its slug (a new workflow when there is
-    none), all or nothing: 201. 200 when the file is the latest published version already and
-    there is no draft (nothing is made); importing the same file again is safe.
+    none, in the team ``team`` or the token owner's only team), all or nothing: 201. 200 when
+    the file is the latest published version already and there is no draft (nothing is made);
+    importing the same file again is safe. Credentials the file names must be the workflow's
+    team's.
 
     A refused file is a 422 whose ``errors`` name each problem's path in the document, its line
     in the file and the place in people's words. Scope: ``workflows:write``."""
@@ -149,15 +160,15 @@ def workflow_import(request: HttpRequest) -> Status[WorkflowDetailOut]:
             422, "the file was not imported", errors=[{"field": "file", "message": message}]
         ) from None
     try:
-        workflow = services.workflow_import(user=context.user, text=text)
+        workflow = services.workflow_import(user=context.user, text=text, team=team)
     except services.ImportUnchanged as exc:
-        return Status(200, _detail(selectors.workflow_get(exc.workflow.slug)))
+        return Status(200, _detail(selectors.workflow_get(exc.workflow.slug, user=context.user)))
     except services.ImportRefused as exc:
         errors = [p.model_dump() for p in _document_problems(exc.problems)]
         raise Problem(422, "the file was not imported", errors=errors) from None
     except services.WorkflowError as exc:
         raise _refusal(exc) from None
-    return Status(201, _detail(selectors.workflow_get(workflow.slug)))
+    return Status(201, _detail(selectors.workflow_get(workflow.slug, user=context.user)))
 
 
 # The workflow and its draft -----------------------------------------------------------------------
@@ -168,16 +179,16 @@ def workflow_import(request: HttpRequest) -> Status[WorkflowDetailOut]:
 )
 def workflow_get(request: HttpRequest, slug: str) -> WorkflowDetailOut:
     """The workflow with the settings its next version carries. Scope: ``workflows:read``."""
-    token_with_scope(request, Scope.WORKFLOWS_READ)
-    return _detail(selectors.workflow_get(slug))
+    context = token_with_scope(request, Scope.WORKFLOWS_READ)
+    return _detail(selectors.workflow_get(slug, user=context.user))
 
 
 @router.get("/{slug}/draft", response=DraftOut, url_name="workflow_draft", summary="Get the draft")
 def draft_get(request: HttpRequest, slug: str) -> DraftOut:
     """The draft as it would be published, with what stands in the way (problems) and what needs
     accepting (warnings); 404 when there is none. Scope: ``workflows:read``."""
-    token_with_scope(request, Scope.WORKFLOWS_READ)
-    workflow = selectors.workflow_get(slug)
+    context = token_with_scope(request, Scope.WORKFLOWS_READ)
+    workflow = selectors.workflow_get(slug, user=context.user)
     draft = selectors.draft_of(workflow)
     if draft is None:
         raise Http404("no draft")
@@ -194,7 +205,7 @@ def draft_start(request: HttpRequest, slug: str) -> Status[DraftOut]:
     """A draft started from the latest published version (201), or the draft there is (200).
     Scope: ``workflows:write``."""
     context = token_with_scope(request, Scope.WORKFLOWS_WRITE)
-    workflow = selectors.workflow_get(slug)
+    workflow = selectors.workflow_get(slug, user=context.user)
     try:
         draft, created = services.workflow_start_draft(workflow_id=workflow.pk, user=context.user)
     except services.WorkflowError as exc:
@@ -253,7 +264,7 @@ def settings_update(
     published version's settings until the draft is published. Sending the values there are
     changes nothing. Scope: ``workflows:write``."""
     context = token_with_scope(request, Scope.WORKFLOWS_WRITE)
-    workflow = selectors.workflow_get(slug)
+    workflow = selectors.workflow_get(slug, user=context.user)
     sent = payload.model_dump(exclude_unset=True)
     nulls = [name for name, value in sent.items() if value is None and name not in _MAY_BE_NULL]
     if nulls:
@@ -321,7 +332,7 @@ def settings_update(
         )
     except services.WorkflowError as exc:
         raise _refusal(exc, fields=_REACH_FIELDS) from None
-    return _detail(selectors.workflow_get(slug))
+    return _detail(selectors.workflow_get(slug, user=context.user))
 
 
 # The settings whose null means "as they are" (the options objects and offering as a tool).
@@ -350,7 +361,7 @@ def publish(
     ``accept_warnings`` is not true (``warnings``: the same shape). 409 when there is no draft.
     Scope: ``workflows:write``."""
     context = token_with_scope(request, Scope.WORKFLOWS_WRITE)
-    workflow = selectors.workflow_get(slug)
+    workflow = selectors.workflow_get(slug, user=context.user)
     try:
         version, created = services.workflow_publish_once(
             workflow_id=workflow.pk,
@@ -404,8 +415,8 @@ def _version_summary(version: WorkflowVersion) -> VersionSummary:
 )
 def versions(request: HttpRequest, slug: str) -> list[VersionSummary]:
     """The published versions, newest first. Scope: ``workflows:read``."""
-    token_with_scope(request, Scope.WORKFLOWS_READ)
-    workflow = selectors.workflow_get(slug)
+    context = token_with_scope(request, Scope.WORKFLOWS_READ)
+    workflow = selectors.workflow_get(slug, user=context.user)
     return [_version_summary(v) for v in selectors.published_versions(workflow)]
 
 
@@ -420,8 +431,8 @@ def diff(
 ) -> DiffOut:
     """What changed between two versions (or a version and the draft), field by field: the
     version page's comparison. Scope: ``workflows:read``."""
-    token_with_scope(request, Scope.WORKFLOWS_READ)
-    workflow = selectors.workflow_get(slug)
+    context = token_with_scope(request, Scope.WORKFLOWS_READ)
+    workflow = selectors.workflow_get(slug, user=context.user)
 
     def document(key: str, field: str) -> dict[str, Any]:
         if key == "draft":
@@ -494,8 +505,8 @@ def session_template(request: HttpRequest, slug: str) -> SessionTemplateOut:
     """The session template runs of the latest published version fork: ready, baking, stale (a
     run found it logged out) or failed, which fails runs until it is re-baked; 404 when the
     version logs in no session. Scope: ``workflows:read``."""
-    token_with_scope(request, Scope.WORKFLOWS_READ)
-    return _session_template_out(selectors.workflow_get(slug))
+    context = token_with_scope(request, Scope.WORKFLOWS_READ)
+    return _session_template_out(selectors.workflow_get(slug, user=context.user))
 
 
 @router.post(
@@ -509,7 +520,7 @@ def session_template_bake(request: HttpRequest, slug: str) -> Status[SessionTemp
     bake is queued (202) and runs fork it once it is ``ready``. Idempotent while a bake is under
     way: that one is returned. Scope: ``session-templates:bake``."""
     context = token_with_scope(request, Scope.SESSION_TEMPLATES_BAKE)
-    workflow = selectors.workflow_get(slug)
+    workflow = selectors.workflow_get(slug, user=context.user)
     version = selectors.published_versions(workflow).first()
     if version is None:
         raise Problem(409, "publish a version of this workflow first", type="bake-refused")

@@ -10,21 +10,31 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
+from pandaweb.core.permissions import in_teams
+from pandaweb.core.roles import Capability
 from pandaweb.schedules import cron
 from pandaweb.schedules.models import Batch, BatchRow, Schedule
 from sessions.models import Run
 from workflows.models import Workflow
+from workflows.selectors import Person
 
 
-def schedule_get(schedule_id: int) -> Schedule:
+def schedule_get(schedule_id: int, *, user: Person) -> Schedule:
+    """The schedule, 404 also when its workflow is another team's."""
+    schedules = in_teams(
+        Schedule.objects.all(), user, Capability.VIEW_WORKFLOWS, via="workflow__team"
+    )
     return get_object_or_404(
-        Schedule.objects.select_related("workflow", "owner", "last_run"), pk=schedule_id
+        schedules.select_related("workflow", "owner", "last_run"), pk=schedule_id
     )
 
 
-def schedule_list(*, workflow_slug: str = "") -> QuerySet[Schedule]:
-    """Every schedule (or one workflow's), by workflow and name."""
-    schedules = Schedule.objects.select_related("workflow", "owner", "last_run")
+def schedule_list(*, user: Person, workflow_slug: str = "") -> QuerySet[Schedule]:
+    """The schedules (or one workflow's) of the teams where ``user`` sees workflows, by workflow
+    and name."""
+    schedules = in_teams(
+        Schedule.objects.all(), user, Capability.VIEW_WORKFLOWS, via="workflow__team"
+    ).select_related("workflow", "owner", "last_run")
     if workflow_slug:
         schedules = schedules.filter(workflow__slug=workflow_slug)
     return schedules.order_by("workflow__slug", "name", "pk")
@@ -44,8 +54,10 @@ def schedule_next_times(schedule: Schedule, count: int = 5) -> list[datetime]:
     return cron.next_times(schedule.cron, schedule.timezone, timezone.now(), count)
 
 
-def batch_get(batch_id: int) -> Batch:
-    return get_object_or_404(Batch.objects.select_related("workflow", "created_by"), pk=batch_id)
+def batch_get(batch_id: int, *, user: Person) -> Batch:
+    """The batch, 404 also when its workflow is another team's (its rows are runs: VIEW_RUNS)."""
+    batches = in_teams(Batch.objects.all(), user, Capability.VIEW_RUNS, via="workflow__team")
+    return get_object_or_404(batches.select_related("workflow", "created_by"), pk=batch_id)
 
 
 def workflow_batches(workflow: Workflow, limit: int = 5) -> list[Batch]:

@@ -77,9 +77,9 @@ def schedule_create(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @capability_required(Capability.VIEW_WORKFLOWS)
 def schedule_detail(request: AuthenticatedRequest, schedule_id: int) -> HttpResponse:
-    schedule = selectors.schedule_get(schedule_id)
+    schedule = selectors.schedule_get(schedule_id, user=request.user)
     workflow = schedule.workflow
-    can_edit = user_can(request.user, Capability.LAUNCH_RUNS)
+    can_edit = user_can(request.user, Capability.LAUNCH_RUNS, team_id=workflow.team_id)
     version = _version(workflow)
     initial: dict[str, Any] = {
         "name": schedule.name,
@@ -135,10 +135,14 @@ def schedule_preview(request: AuthenticatedRequest) -> HttpResponse:
 @require_POST
 @capability_required(Capability.LAUNCH_RUNS)
 def schedule_pause(request: AuthenticatedRequest, schedule_id: int) -> HttpResponse:
-    schedule = selectors.schedule_get(schedule_id)
+    schedule = selectors.schedule_get(schedule_id, user=request.user)
     paused = request.POST.get("paused") == "1"
-    services.schedule_set_paused(schedule_id=schedule.pk, user=request.user, paused=paused)
-    messages.success(request, f"“{schedule.name}” {'paused' if paused else 'resumed'}.")
+    try:
+        services.schedule_set_paused(schedule_id=schedule.pk, user=request.user, paused=paused)
+    except services.ScheduleError as exc:
+        messages.error(request, f"{exc}.")
+    else:
+        messages.success(request, f"“{schedule.name}” {'paused' if paused else 'resumed'}.")
     if request.POST.get("next") == "workflow":
         return redirect("workflows:detail", slug=schedule.workflow.slug)
     return redirect("schedules:detail", schedule_id=schedule.pk)
@@ -195,7 +199,7 @@ def batch_template(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 @require_GET
 @capability_required(Capability.VIEW_RUNS)
 def batch_detail(request: AuthenticatedRequest, batch_id: int) -> HttpResponse:
-    batch = selectors.batch_get(batch_id)
+    batch = selectors.batch_get(batch_id, user=request.user)
     context = {"batch": batch, "progress": selectors.batch_progress(batch)}
     template = "schedules/batch.html"
     if request.htmx:
@@ -206,7 +210,7 @@ def batch_detail(request: AuthenticatedRequest, batch_id: int) -> HttpResponse:
 @require_GET
 @capability_required(Capability.VIEW_RUNS)
 def batch_outputs(request: AuthenticatedRequest, batch_id: int) -> HttpResponse:
-    batch = selectors.batch_get(batch_id)
+    batch = selectors.batch_get(batch_id, user=request.user)
     response = HttpResponse(
         services.batch_outputs_csv(batch), content_type="text/csv; charset=utf-8"
     )

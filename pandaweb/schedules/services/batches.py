@@ -17,6 +17,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from pandaweb.audit.services import audit_record
+from pandaweb.core.permissions import user_can
+from pandaweb.core.roles import Capability
 from pandaweb.schedules.models import Batch, BatchRow
 from pandaweb.schedules.services.versions import parameters_of, published_version
 from sessions.services import IdempotencyKeyReused, RunError, coerce_inputs, run_launch
@@ -253,6 +255,9 @@ def batch_create_once(
         if existing is not None:
             return _replayed(existing, workflow_id, digest, key), False
     workflow = Workflow.objects.get(pk=workflow_id)
+    # Each row launches through run_launch, which asks again; refusing here saves no batch.
+    if not user_can(user, Capability.LAUNCH_RUNS, team_id=workflow.team_id):
+        raise BatchRefused(f"You may not launch runs of {workflow.team}'s workflows.")
     if workflow.archived:
         raise BatchRefused("This workflow is archived.")
     version = published_version(workflow)

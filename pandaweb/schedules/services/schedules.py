@@ -44,6 +44,13 @@ class ScheduleSpec:
     missed: str
 
 
+def _refuse_outside_team(user: User, workflow: Workflow) -> None:
+    """Who schedules a workflow's runs launches them: LAUNCH_RUNS in its team (run_launch asks
+    again at every firing)."""
+    if not user_can(user, Capability.LAUNCH_RUNS, team_id=workflow.team_id):
+        raise ScheduleError(f"you may not schedule runs of {workflow.team}'s workflows")
+
+
 def _validated(workflow: Workflow, spec: ScheduleSpec) -> tuple[ScheduleSpec, dict[str, Any]]:
     errors: dict[str, list[str]] = {}
     name = spec.name.strip()
@@ -100,6 +107,7 @@ def schedule_create(*, workflow_id: int, user: User, spec: ScheduleSpec) -> Sche
     """Make a schedule that launches as ``user``. Inputs are checked like the launch form's.
     Not idempotent."""
     workflow = Workflow.objects.get(pk=workflow_id)
+    _refuse_outside_team(user, workflow)
     checked, inputs = _validated(workflow, spec)
     with transaction.atomic():
         schedule = Schedule(
@@ -132,6 +140,7 @@ def schedule_update(*, schedule_id: int, user: User, spec: ScheduleSpec) -> Sche
     """Change a schedule; its next time is computed afresh from now. Idempotent: the same values
     write no audit event."""
     workflow = Schedule.objects.get(pk=schedule_id).workflow
+    _refuse_outside_team(user, workflow)
     checked, inputs = _validated(workflow, spec)
     with transaction.atomic():
         schedule = _lock(schedule_id)
@@ -166,6 +175,7 @@ def schedule_set_paused(*, schedule_id: int, user: User, paused: bool) -> Schedu
     replayed. Idempotent."""
     with transaction.atomic():
         schedule = _lock(schedule_id)
+        _refuse_outside_team(user, schedule.workflow)
         if schedule.paused == paused:
             return schedule
         schedule.paused = paused
@@ -188,6 +198,7 @@ def schedule_delete(*, schedule_id: int, user: User) -> None:
     keeps what it was. Raises ``Schedule.DoesNotExist`` when it is gone already."""
     with transaction.atomic():
         schedule = _lock(schedule_id)
+        _refuse_outside_team(user, schedule.workflow)
         before = {"workflow": schedule.workflow.slug, **_schedule_facts(schedule)}
         schedule.delete()
         audit_record(
@@ -245,7 +256,10 @@ def _outcome(schedule: Schedule, text: str) -> str:
 
 def _launch(schedule: Schedule, *, key: str) -> str:
     owner = schedule.owner
-    if not (owner.is_active and user_can(owner, Capability.LAUNCH_RUNS)):
+    if not (
+        owner.is_active
+        and user_can(owner, Capability.LAUNCH_RUNS, team_id=schedule.workflow.team_id)
+    ):
         refusal = f"not launched: {owner.get_username()} may no longer launch runs"
     else:
         try:

@@ -20,7 +20,8 @@ def workflow_automation(context: dict[str, Any], workflow: Workflow) -> dict[str
         "request": context["request"],
         "csrf_token": context.get("csrf_token"),
         "workflow": workflow,
-        "can_launch": user_can(user, Capability.LAUNCH_RUNS) and not workflow.archived,
+        "can_launch": user_can(user, Capability.LAUNCH_RUNS, team_id=workflow.team_id)
+        and not workflow.archived,
         "published": workflow.versions.filter(status=WorkflowVersion.Status.PUBLISHED).exists(),
         "schedules": [
             {"schedule": s, "words": selectors.schedule_in_words(s)}
