@@ -86,10 +86,8 @@ def workflow_import(*, user: User, text: str | bytes, team: str | None = None) -
     if existing is not None:
         refuse_outside_team(user, existing)
         if team and team != existing.team.slug:
-            raise WorkflowError(
-                "another team",
-                {"team": [f"'{existing.slug}' is {existing.team}'s workflow, not {team}'s"]},
-            )
+            message = f"'{existing.slug}' is {existing.team}'s workflow, not {team}'s"
+            raise WorkflowError(message, {"team": [message]})
     joins = existing.team if existing is not None else team_for_new(user, team)
     problems += [
         Problem(path=("settings", "credentials"), message=message)
