@@ -494,7 +494,9 @@ def test_it_refuses_self_approval_through_the_api() -> None:
     from pandaweb.core.roles import Role
 
     approval = pending_approval()
-    launcher = approval.run.launched_by
+    # Loaded afresh, as a request loads its user: the launcher's object has its permissions
+    # cached since it imported the workflow (team_for_new asked), before this role was added.
+    launcher = User.objects.get(pk=approval.run.launched_by_id)
     launcher.groups.add(*user_with_role(Role.REVIEWERS).groups.all())
     answer = Api(make_token(launcher)).post(
         f"/approvals/{approval.pk}/decision",
