@@ -28,6 +28,8 @@ from django.utils import timezone
 
 from pandaweb.audit.services import audit_record
 from pandaweb.core.dispatch import dispatch, task_named
+from pandaweb.core.permissions import user_can
+from pandaweb.core.roles import Capability
 from sessions.engine.healing import Candidate, absent_from, candidate_at, heal_candidates
 from sessions.engine.steps.language import CREDENTIAL_FIELDS, Target
 from sessions.models import ScratchSession
@@ -84,9 +86,12 @@ def scratch_inputs(workflow: Workflow) -> dict[str, Any]:
 
 def scratch_open(*, workflow_id: int, user: User) -> ScratchSession:
     """Open a scratch session of the workflow for ``user``, or return the one they have open.
-    Raises ScratchError when every scratch session the installation allows is in use."""
+    Raises ScratchError when every scratch session the installation allows is in use, or when
+    ``user`` does not author its team's workflows (a scratch session types its credentials)."""
     with transaction.atomic():
         workflow = Workflow.objects.select_for_update().get(pk=workflow_id)
+        if not user_can(user, Capability.AUTHOR_WORKFLOWS, team_id=workflow.team_id):
+            raise ScratchError(f"you may not change {workflow.team}'s workflows")
         now = timezone.now()
         mine = ScratchSession.objects.filter(
             workflow=workflow, started_by=user, status__in=ScratchSession.OPEN

@@ -298,3 +298,15 @@ def test_secrets_are_never_opened_for_another_teams_workflow(
         "ledger": {"token": "s3cret"}
     }
     assert used.count() == 1
+
+
+def test_another_teams_author_opens_no_scratch_session_on_a_workflow(
+    invoices: Workflow, theirs: User
+) -> None:
+    from sessions.models import ScratchSession
+    from sessions.services.scratch import ScratchError, scratch_open
+
+    with pytest.raises(ScratchError, match="Payables's workflows"):
+        scratch_open(workflow_id=invoices.pk, user=theirs)
+
+    assert not ScratchSession.objects.exists()
