@@ -134,8 +134,8 @@ def credential_list(*, user: Person) -> QuerySet[Credential]:
 
 def credential_get(*, user: Person, pk: int | None = None, name: str = "") -> Credential:
     """One credential by id or name, or 404 (also another team's)."""
-    found = credential_list(user=user).filter(**({"pk": pk} if pk is not None else {"name": name}))
-    credential = found.first()
+    found = credential_list(user=user)
+    credential = (found.filter(pk=pk) if pk is not None else found.filter(name=name)).first()
     if credential is None:
         raise Http404("no such credential")
     return credential

@@ -217,7 +217,7 @@ def workflow_settings(request: AuthenticatedRequest, slug: str) -> HttpResponse:
     form = WorkflowSettingsForm(request.POST or None, initial=initial)
     # Only the workflow's team's credentials may be chosen (the service refuses others).
     form.fields["credentials"].queryset = Credential.objects.filter(  # type: ignore[attr-defined]
-        team_id=workflow.team_id
+        team=workflow.team
     ).order_by("name")
     if not (
         request.user.is_superuser or request.user.groups.filter(name=Role.ADMINS.value).exists()

@@ -15,7 +15,7 @@ class CredentialRefused(Exception):
 def credentials_open(
     names: list[str],
     *,
-    team_id: int,
+    team_id: int | None,
     run_id: int | None,
     template_id: int | None = None,
     scratch_id: int | None = None,

@@ -53,7 +53,8 @@ def document(slug: str) -> str:
             "pandaweb": 1, "name": slug.title(), "slug": slug,
             "settings": {"allowed_hosts": ["127.0.0.1:8001"]},
             "parameters": [{"name": "invoice", "type": "string"}],
-            "steps": [{"id": "open", "type": "goto", "url": "http://127.0.0.1:8001/{{ params.invoice }}"}],
+            "steps": [{"id": "open", "type": "goto",
+                       "url": "http://127.0.0.1:8001/{{ params.invoice }}"}],
         }
     )  # fmt: skip
 

@@ -91,7 +91,7 @@ def workflow_import(*, user: User, text: str | bytes, team: str | None = None) -
     joins = existing.team if existing is not None else team_for_new(user, team)
     problems += [
         Problem(path=("settings", "credentials"), message=message)
-        for message in foreign_credentials(joins.pk, document.settings.credentials)
+        for message in foreign_credentials(joins, document.settings.credentials)
     ]
     if problems:
         session_steps = list(document.session.steps) if document.session else None

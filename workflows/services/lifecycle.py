@@ -179,7 +179,7 @@ def workflow_update_settings(
         )
     except ValidationError as exc:
         raise WorkflowError("invalid settings", _settings_errors(exc)) from None
-    foreign = foreign_credentials(workflow.team_id, [c.name for c in credentials])
+    foreign = foreign_credentials(workflow.team, [c.name for c in credentials])
     if foreign:
         raise WorkflowError("invalid settings", {"credentials": foreign})
     before = {

@@ -73,7 +73,7 @@ def draft_review(workflow: Workflow, draft: WorkflowVersion) -> DraftReview:
     problems = document_problems(document, credential_kinds=credential_kinds())
     problems += [
         Problem(path=("settings", "credentials"), message=message)
-        for message in foreign_credentials(workflow.team_id, document.settings.credentials)
+        for message in foreign_credentials(workflow.team, document.settings.credentials)
     ]
     if not document.steps:
         problems.append(Problem(path=("steps",), message="a workflow needs at least one step"))

@@ -48,15 +48,14 @@ def _refuse(message: str) -> NoReturn:
     raise WorkflowError(message, {"team": [message]})
 
 
-def foreign_credentials(team_id: int, names: Iterable[str]) -> list[str]:
-    """Why a workflow of the team ``team_id`` may not use some of the credentials ``names``,
-    one sentence each naming the credential and both teams ([] when it may use them all)."""
-    team = Team.objects.get(pk=team_id)
+def foreign_credentials(team: Team, names: Iterable[str]) -> list[str]:
+    """Why a workflow of ``team`` may not use some of the credentials ``names``, one sentence
+    each naming the credential and both teams ([] when it may use them all)."""
     return [
         f"the credential '{c.name}' belongs to {c.team}, not {team}: "
         f"{team}'s workflows may not use it"
         for c in Credential.objects.filter(name__in=list(names))
-        .exclude(team_id=team_id)
+        .exclude(team=team)
         .select_related("team")
         .order_by("name")
     ]
