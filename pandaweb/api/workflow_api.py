@@ -106,7 +106,9 @@ def _draft_out(workflow: Workflow, draft: WorkflowVersion) -> DraftOut:
 def _refusal(exc: services.WorkflowError, *, fields: dict[str, str] | None = None) -> Problem:
     """A refused change: 422 naming the request's fields when the service named any (by the
     dashboard form's field names, ``fields`` maps those the API calls otherwise), 409 when the
-    workflow's state refused it (archived, no draft)."""
+    workflow's state refused it (archived, no draft), 403 when it is another team's to change."""
+    if isinstance(exc, services.NotYourTeam):
+        return Problem(403, str(exc), type="workflow-refused")
     if not exc.field_errors:
         return Problem(409, str(exc), type="workflow-refused")
     named = {

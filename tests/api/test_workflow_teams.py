@@ -177,3 +177,19 @@ def test_mcp_offers_a_token_its_owners_teams_workflows_only(
     assert tools(ours) == ["invoices", "run_status", "run_cancel"]
     assert tools(theirs) == ["run_status", "run_cancel"]
     assert tools(admin) == ["invoices", "run_status", "run_cancel"]
+
+
+def test_a_reviewer_of_the_team_who_authors_elsewhere_reads_but_may_not_change_it(
+    invoices: Workflow, payables: Team, theirs: User
+) -> None:
+    Membership.objects.create(team=payables, user=theirs, role=Role.REVIEWERS.value)
+    client = api(theirs)
+
+    assert client.get("/workflows/invoices").status_code == 200
+    started = client.post("/workflows/invoices/draft")
+    imported = post_file(client, document("invoices").replace("Invoices", "Mine"))
+
+    assert started.status_code == 403
+    assert started.json()["detail"] == "you may not change Payables's workflows"
+    assert imported.status_code == 403
+    assert not invoices.versions.filter(status="draft").exists()

@@ -30,7 +30,7 @@ from workflows.services.editing import (
     step_target_set,
     workflow_learn_dialog,
 )
-from workflows.services.errors import WorkflowError
+from workflows.services.errors import NotYourTeam, WorkflowError
 from workflows.services.files import (
     ImportRefused,
     ImportUnchanged,
@@ -56,6 +56,7 @@ __all__ = [
     "DraftReview",
     "ImportRefused",
     "ImportUnchanged",
+    "NotYourTeam",
     "PublishKeyReused",
     "PublishRefused",
     "WorkflowError",

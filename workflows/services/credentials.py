@@ -15,7 +15,7 @@ from pandaweb.audit.services import audit_record
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
 from workflows.models import Credential
-from workflows.services.errors import WorkflowError
+from workflows.services.errors import NotYourTeam, WorkflowError
 from workflows.services.teams import team_for_new
 from workflows.vault import Vault
 
@@ -102,7 +102,7 @@ def credential_replace_value(
     who authors workflows in its team replaces it."""
     credential = Credential.objects.select_for_update().get(pk=credential_id)
     if not user_can(user, Capability.AUTHOR_WORKFLOWS, team_id=credential.team_id):
-        raise WorkflowError(f"you may not change {credential.team}'s credentials")
+        raise NotYourTeam(f"you may not change {credential.team}'s credentials")
     credential.ciphertext = vault().seal(_credential_payload(credential.kind, values))
     credential.value_changed_at = timezone.now()
     credential.save(update_fields=["ciphertext", "value_changed_at"])

@@ -9,3 +9,8 @@ class WorkflowError(Exception):
     def __init__(self, message: str, field_errors: dict[str, list[str]] | None = None) -> None:
         super().__init__(message)
         self.field_errors = field_errors or {}
+
+
+class NotYourTeam(WorkflowError):
+    """A change of another team's workflow or credential, by someone who may see it (a reviewer
+    there who authors elsewhere): the API answers 403, not 409."""

@@ -12,13 +12,13 @@ from pandaweb.core.models import Team, default_team_id
 from pandaweb.core.permissions import teams_where, user_can
 from pandaweb.core.roles import Capability
 from workflows.models import Credential, Workflow
-from workflows.services.errors import WorkflowError
+from workflows.services.errors import NotYourTeam, WorkflowError
 
 
 def refuse_outside_team(user: User, workflow: Workflow) -> None:
     """Every change of a workflow asks this (page, API, MCP and scratch sessions alike)."""
     if not user_can(user, Capability.AUTHOR_WORKFLOWS, team_id=workflow.team_id):
-        raise WorkflowError(f"you may not change {workflow.team}'s workflows")
+        raise NotYourTeam(f"you may not change {workflow.team}'s workflows")
 
 
 def team_for_new(user: User, team: str | None) -> Team:
