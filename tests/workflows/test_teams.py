@@ -310,3 +310,30 @@ def test_another_teams_author_opens_no_scratch_session_on_a_workflow(
         scratch_open(workflow_id=invoices.pk, user=theirs)
 
     assert not ScratchSession.objects.exists()
+
+
+def test_another_teams_schedules_are_not_found_nor_made_nor_paused(
+    invoices: Workflow, ours: User, theirs: User, admin: User
+) -> None:
+    from pandaweb.schedules import services as schedules
+    from pandaweb.schedules.models import Schedule
+
+    spec = schedules.ScheduleSpec(
+        name="Daily", cron="0 6 * * *", timezone="UTC", inputs={}, overlap="skip", missed="skip"
+    )
+    schedule = schedules.schedule_create(workflow_id=invoices.pk, user=ours, spec=spec)
+
+    assert client_of(ours).get(f"/schedules/{schedule.pk}/").status_code == 200
+    assert client_of(admin).get(f"/schedules/{schedule.pk}/").status_code == 200
+    assert client_of(theirs).get(f"/schedules/{schedule.pk}/").status_code == 404
+    assert client_of(theirs).get("/schedules/new/invoices/").status_code == 404
+    assert (
+        client_of(theirs).post(f"/schedules/{schedule.pk}/pause/", {"paused": "1"}).status_code
+        == 404
+    )
+    with pytest.raises(schedules.ScheduleError, match="may not schedule runs of Payables's"):
+        schedules.schedule_create(workflow_id=invoices.pk, user=theirs, spec=spec)
+    with pytest.raises(schedules.ScheduleError, match="Payables's"):
+        schedules.schedule_set_paused(schedule_id=schedule.pk, user=theirs, paused=True)
+
+    assert Schedule.objects.get().paused is False
