@@ -127,9 +127,7 @@ def test_teams_and_memberships_change_with_an_audit_event() -> None:
     assert not membership_revoke(team_id=team.pk, member=person, role="Operators", user=admin)
 
     assert team.slug == "accounts-payable"
-    actions = list(
-        AuditEvent.objects.filter(team_id=team.pk).values_list("action", flat=True)
-    )
+    actions = list(AuditEvent.objects.filter(team_id=team.pk).values_list("action", flat=True))
     assert actions == ["team.created", "team.member_added", "team.member_removed"]
     with pytest.raises(TeamError, match="already exists"):
         team_create(name="Accounts payable", user=admin)
