@@ -13,7 +13,7 @@ from pandaweb.core.roles import Capability
 @capability_required(Capability.DECIDE_APPROVALS)
 def approval_passkey_options(request: AuthenticatedRequest, approval_id: int) -> HttpResponse:
     """A fresh WebAuthn challenge bound to this request's evidence, for the page's script."""
-    approval = selectors.approval_get(approval_id)
+    approval = selectors.approval_get(approval_id, user=request.user)
     try:
         options = passkeys.step_up_options(approval=approval, user=request.user)
     except passkeys.StepUpRefused as refused:

@@ -27,6 +27,7 @@ from webauthn.helpers.structs import PublicKeyCredentialDescriptor, UserVerifica
 
 from approvals.facts import approval_amount, approval_amounts
 from approvals.models import ApprovalRequest
+from approvals.policy import approval_refusal
 from pandaweb.reviewers.models import Passkey, StepUpChallenge
 from pandaweb.reviewers.passkeys import expected_origin, rp_id
 from workflows.schema import ApprovalPolicy
@@ -83,7 +84,11 @@ def _challenge(evidence_sha256: str, nonce: str) -> str:
 
 def step_up_options(*, approval: ApprovalRequest, user: User) -> str:
     """Options for ``navigator.credentials.get`` for ``user`` deciding ``approval``: a new
-    single-use nonce each call. Refused when the user has no passkey."""
+    single-use nonce each call. Refused when the user has no passkey, or may not decide it
+    (another team's request, for one)."""
+    refusal = approval_refusal(user, approval)
+    if refusal:
+        raise StepUpRefused(refusal)
     passkeys = list(user.passkeys.all())
     if not passkeys:
         raise StepUpRefused("register a passkey on your profile page first")

@@ -17,6 +17,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q as DQ
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from approvals.events import publish_pending_changed
@@ -25,6 +27,9 @@ from approvals.slack import slack_question_channel
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from pandaweb.core.dispatch import dispatch, task_named
+from pandaweb.core.models import Membership
+from pandaweb.core.permissions import people_with, user_can
+from pandaweb.core.roles import Capability
 from pandaweb.reviewers.notify import ApprovalEvent, notify
 from sessions.engine.steps.ask import ASK_LAUNCHER, ask_audience, one_time_code
 from sessions.engine.vocabulary import MASK
@@ -83,14 +88,25 @@ def question_open(*, run: Run, question: Any) -> Question:
     return asked
 
 
+def _group_members(question: Question) -> QuerySet[User]:
+    """The people of the group a question is asked of, in the run's team: a Django group of
+    that name, or a membership of that role in the team; and all of them must be allowed to
+    watch the team's runs (where the answer is given)."""
+    team_id = question.run.team_id
+    group = question.answered_by
+    in_group = DQ(groups__name=group)
+    if group in Membership.TeamRole.values:
+        in_group |= DQ(team_memberships__team_id=team_id, team_memberships__role=group)
+    members = User.objects.filter(in_group).values("pk")
+    return people_with(Capability.VIEW_RUNS, team_id=team_id).filter(pk__in=members)
+
+
 def question_answerers(question: Question) -> list[User]:
     """The active people who may answer ``question``."""
     if question.answered_by == ASK_LAUNCHER:
         launcher = question.run.launched_by
         return [launcher] if launcher.is_active else []
-    return list(
-        User.objects.filter(groups__name=question.answered_by, is_active=True).order_by("pk")
-    )
+    return list(_group_members(question).order_by("pk"))
 
 
 def _notify(question: Question, *, reminder: bool = False) -> None:
@@ -154,11 +170,13 @@ def question_refusal(user: Any, question: Question) -> str | None:
     """Why ``user`` may not answer ``question`` (None when they may)."""
     if not user.is_authenticated or not user.is_active:
         return "sign in to answer"
+    if not user_can(user, Capability.VIEW_RUNS, team_id=question.run.team_id):
+        return "you may not answer questions of another team's runs"
     if question.answered_by == ASK_LAUNCHER:
         if question.run.launched_by_id != user.pk:
             return "only the person who launched the run may answer this question"
         return None
-    if not user.groups.filter(name=question.answered_by).exists():
+    if not _group_members(question).filter(pk=user.pk).exists():
         return f"only members of {question.answered_by} may answer this question"
     return None
 

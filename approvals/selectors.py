@@ -3,8 +3,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from django.contrib.auth.models import Group, User
-from django.db.models import Q, QuerySet
+from django.contrib.auth.models import Group
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
@@ -17,7 +17,8 @@ from approvals.models import (
 )
 from approvals.policy import approval_refusal
 from pandaweb.audit.models import AuditEvent
-from pandaweb.core.permissions import user_can
+from pandaweb.core.models import Membership
+from pandaweb.core.permissions import in_teams, people_with, teams_where, user_can
 from pandaweb.core.roles import Capability, Role
 from sessions.models import Run, StepResult
 from workflows.models import Workflow
@@ -27,13 +28,23 @@ QUEUE_LIMIT = 200
 
 def _questions_waiting_for(user: Any) -> QuerySet[Question]:
     """Pending questions this person may answer: of their own runs, or asked of a group they
-    are in (the rule of ``questions.question_refusal``, as a query)."""
+    are in, of runs of the teams where they may watch runs (the rule of
+    ``questions.question_refusal``, as a query)."""
 
     if not user.is_authenticated or not user.is_active:
         return Question.objects.none()
     groups = user.groups.values("name")  # a subquery: one query for the whole count
-    mine = Q(answered_by="launcher", run__launched_by=user) | Q(answered_by__in=groups)
-    return Question.objects.filter(mine, status=Question.Status.PENDING)
+    # A team role is also asked of its members in the run's team.
+    as_member = Membership.objects.filter(
+        user_id=user.pk, team_id=OuterRef("run__team_id"), role=OuterRef("answered_by")
+    )
+    mine = (
+        Q(answered_by="launcher", run__launched_by=user)
+        | Q(answered_by__in=groups)
+        | Q(Exists(as_member))
+    )
+    pending = Question.objects.filter(mine, status=Question.Status.PENDING)
+    return in_teams(pending, user, Capability.VIEW_RUNS, via="run__team")
 
 
 def questions_for(user: Any, *, limit: int = 50) -> list[Question]:
@@ -50,9 +61,11 @@ def question_count_for(user: Any) -> int:
     return _questions_waiting_for(user).count()
 
 
-def question_run_id(question_id: int) -> int:
-    """The run of a question (404 when there is none); its page decides who sees it."""
-    found = Question.objects.filter(pk=question_id).values_list("run_id", flat=True).first()
+def question_run_id(question_id: int, *, user: Any) -> int:
+    """The run of a question (404 when there is none, or it is another team's); its page
+    decides who sees it."""
+    questions = in_teams(Question.objects.all(), user, Capability.VIEW_RUNS, via="run__team")
+    found = questions.filter(pk=question_id).values_list("run_id", flat=True).first()
     if found is None:
         raise Http404("no such question")
     return found
@@ -62,8 +75,10 @@ def question_pending(run: Run) -> Question | None:
     return run.questions.filter(status=Question.Status.PENDING).order_by("-pk").first()
 
 
-def approval_pending_count() -> int:
-    return ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING).count()
+def approval_pending_count(user: Any) -> int:
+    """Pending requests of the teams whose queue ``user`` sees."""
+    pending = ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
+    return in_teams(pending, user, Capability.VIEW_APPROVALS, via="run__team").count()
 
 
 @dataclass(frozen=True)
@@ -89,20 +104,20 @@ def needs_badge(user: Any) -> NeedsBadge:
         return NeedsBadge(on="", approvals=0, questions=0)
     return NeedsBadge(
         on="approvals" if sees_approvals else "runs",
-        approvals=approval_pending_count() if sees_approvals else 0,
+        approvals=approval_pending_count(user) if sees_approvals else 0,
         # Answering on the run page needs to watch runs: without it nobody is asked.
         questions=question_count_for(user) if sees_runs else 0,
     )
 
 
 def approval_queue(
-    *, workflow_slug: str = "", pending_only: bool = True
+    *, user: Any, workflow_slug: str = "", pending_only: bool = True
 ) -> QuerySet[ApprovalRequest]:
-    """The queue: pending requests oldest first (the next to decide on top); with every status,
-    the latest first."""
-    requests = ApprovalRequest.objects.select_related(
-        "run__workflow", "run__version", "run__launched_by"
-    )
+    """The queue of the teams ``user`` sees it in: pending requests oldest first (the next to
+    decide on top); with every status, the latest first."""
+    requests = in_teams(
+        ApprovalRequest.objects.all(), user, Capability.VIEW_APPROVALS, via="run__team"
+    ).select_related("run__workflow", "run__version", "run__launched_by")
     if workflow_slug:
         requests = requests.filter(run__workflow__slug=workflow_slug)
     if pending_only:
@@ -110,20 +125,41 @@ def approval_queue(
     return requests.order_by("-created_at", "-pk")[:QUEUE_LIMIT]
 
 
-def approval_queue_workflows() -> QuerySet[Workflow]:
-    """Workflows that ever asked for an approval: the queue's filter choices."""
+def approval_queue_workflows(user: Any) -> QuerySet[Workflow]:
+    """Workflows of ``user``'s queue that ever asked for an approval: its filter choices."""
     return (
-        Workflow.objects.filter(runs__approvals__isnull=False)
+        in_teams(Workflow.objects.all(), user, Capability.VIEW_APPROVALS)
+        .filter(runs__approvals__isnull=False)
         .distinct()
         .only("name", "slug")
         .order_by("name")
     )
 
 
-def approval_get(approval_id: int) -> ApprovalRequest:
-    """The request (with its run, workflow and people) or 404."""
+def approvals_visible_to(user: Any) -> QuerySet[ApprovalRequest]:
+    """The requests ``user`` may open (``approval_visible_to`` as a query): those of the teams
+    whose queue they see, and those of their own runs in the teams where they watch runs."""
+    queue = teams_where(user, Capability.VIEW_APPROVALS)
+    if queue is None:
+        return ApprovalRequest.objects.all()
+    runs = teams_where(user, Capability.VIEW_RUNS)
+    own = Q(run__launched_by_id=user.pk)
+    if runs is not None:
+        own &= Q(run__team__in=runs)
+    return ApprovalRequest.objects.filter(Q(run__team__in=queue) | own)
+
+
+def approval_get(approval_id: int, *, user: Any) -> ApprovalRequest:
+    """The request (with its run, workflow and people) or 404, also for another team's: its id
+    tells ``user`` nothing. Whether they may open one of their teams' is
+    ``approval_visible_to``'s answer."""
+    queue = teams_where(user, Capability.VIEW_APPROVALS)
+    runs = teams_where(user, Capability.VIEW_RUNS)
+    requests = ApprovalRequest.objects.all()
+    if queue is not None and runs is not None:
+        requests = requests.filter(run__team__in=queue | runs)
     try:
-        return ApprovalRequest.objects.select_related(
+        return requests.select_related(
             "run__workflow", "run__version__author", "run__launched_by", "previous"
         ).get(pk=approval_id)
     except ApprovalRequest.DoesNotExist:
@@ -131,13 +167,13 @@ def approval_get(approval_id: int) -> ApprovalRequest:
 
 
 def approval_visible_to(user: Any, approval: ApprovalRequest) -> bool:
-    """Whether ``user`` may open the request: people who see the queue, and the person who
-    launched its run (to follow their own run, never to decide it)."""
-    if user_can(user, Capability.VIEW_APPROVALS):
-        return True
+    """Whether ``user`` may open the request: people who see the queue in its run's team, and
+    the person who launched its run (to follow their own run, never to decide it)."""
     run = approval.run
-    own = run is not None and run.launched_by_id == user.pk
-    return own and user_can(user, Capability.VIEW_RUNS)
+    if user_can(user, Capability.VIEW_APPROVALS, team_id=run.team_id):
+        return True
+    own = run.launched_by_id == user.pk
+    return own and user_can(user, Capability.VIEW_RUNS, team_id=run.team_id)
 
 
 def approval_decisions(approval: ApprovalRequest) -> QuerySet[ApprovalDecision]:
@@ -252,17 +288,26 @@ def approval_values(approval: ApprovalRequest) -> EvidenceValues:
 
 def approval_decidable_by(user: Any) -> QuerySet[ApprovalRequest]:
     """Pending requests ``user`` may decide, oldest first: the same rules as
-    ``approvals.policy.approval_refusal`` (reviewer group or admin, not the launcher, not the
-    version's author unless the workflow lets authors approve), as one query."""
+    ``approvals.policy.approval_refusal`` (DECIDE_APPROVALS in the run's team, its reviewer
+    group there or admin, not the launcher, not the version's author unless the workflow lets
+    authors approve), as one query."""
 
-    requests = ApprovalRequest.objects.select_related(
-        "run__workflow", "run__version", "run__launched_by"
-    ).filter(status=ApprovalRequest.Status.PENDING)
+    requests = in_teams(
+        ApprovalRequest.objects.all(), user, Capability.DECIDE_APPROVALS, via="run__team"
+    ).select_related("run__workflow", "run__version", "run__launched_by")
+    requests = requests.filter(status=ApprovalRequest.Status.PENDING)
     if not user_can(user, Capability.DECIDE_APPROVALS):
         return requests.none()
     groups = set(user.groups.values_list("name", flat=True))
     if not (user.is_superuser or Role.ADMINS.value in groups):
-        requests = requests.filter(reviewer_group__in=groups)
+        # The Reviewers group is also a Reviewers membership in the run's team.
+        reviewing = Membership.objects.filter(user_id=user.pk, role=Role.REVIEWERS.value).values(
+            "team_id"
+        )
+        requests = requests.filter(
+            Q(reviewer_group__in=groups)
+            | Q(reviewer_group=Role.REVIEWERS.value, run__team__in=reviewing)
+        )
     return (
         requests.exclude(run__launched_by=user)
         .exclude(Q(run__version__author=user) & Q(author_may_approve=False))
@@ -288,13 +333,8 @@ def approval_handover_choices(approval: ApprovalRequest) -> tuple[list[Any], lis
     """People who may decide this request and groups that decide approvals: whom it can be
     handed to (the service checks again)."""
 
-    candidates = (
-        User.objects.filter(
-            is_active=True,
-            groups__permissions__codename=Capability.DECIDE_APPROVALS.value,
-        )
-        .distinct()
-        .order_by("username")
+    candidates = people_with(Capability.DECIDE_APPROVALS, team_id=approval.run.team_id).order_by(
+        "username"
     )
     people = [u for u in candidates if approval_refusal(u, approval) is None]
     groups = list(

@@ -22,13 +22,14 @@ from approvals import passkeys
 from approvals.events import publish_pending_changed
 from approvals.facts import facts_line
 from approvals.models import ApprovalComment, ApprovalDecision, ApprovalRequest, ReviewerAbsence
-from approvals.policy import approval_refusal
+from approvals.policy import approval_audience, approval_refusal
 from approvals.questions import question_expire_due, question_remind_due, question_void_pending
 from approvals.selectors import approval_absent_today, approval_visible_to
 from approvals.slack import minutes_left
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from pandaweb.core.dispatch import dispatch, task_named
+from pandaweb.core.permissions import people_with
 from pandaweb.core.roles import Capability, Role
 from pandaweb.reviewers.notify import ApprovalEvent, notify
 from pandaweb.webhooks.services import outbox_record_approval
@@ -170,11 +171,12 @@ def _mail_body(approval: ApprovalRequest, lead: str = "") -> str:
 def _recipients(
     approval: ApprovalRequest, *, groups: list[str], people: list[User] | None = None
 ) -> list[User]:
-    """Active members of ``groups`` and ``people``, less those out of office today and those
-    who already decided. Absence silences notifications only; it never changes who may decide."""
+    """Active members of ``groups`` of the run's team, and ``people``, less those
+    out of office today and those who already decided. Absence silences notifications only; it
+    never changes who may decide."""
 
     decided = set(approval.decisions.values_list("reviewer_id", flat=True))
-    members = User.objects.filter(groups__name__in=groups, is_active=True)
+    members = approval_audience(approval, groups=groups)
     found = {u.pk: u for u in members}
     found.update({u.pk: u for u in people or [] if u.is_active})
     away = approval_absent_today(list(found))
@@ -271,7 +273,12 @@ def approval_decide(
                 reason=reason,
                 evidence_sha256=approval.evidence_sha256,
             )
-            approvals = approval.decisions.filter(verdict=ApprovalDecision.Verdict.APPROVE).count()
+            # Only the verdicts of people who may still decide in the run's team count: one who
+            # left the team since approving no longer makes up the quorum.
+            approvals = approval.decisions.filter(
+                verdict=ApprovalDecision.Verdict.APPROVE,
+                reviewer__in=people_with(Capability.DECIDE_APPROVALS, team_id=run.team_id),
+            ).count()
             audit_record(
                 action="approval.decided",
                 object_type="approval",

@@ -88,7 +88,7 @@ def slack_card_image(request: HttpRequest, token: str) -> HttpResponse:
 @capability_required(Capability.VIEW_SYSTEM)
 def slack_card_preview(request: AuthenticatedRequest, approval_id: int) -> HttpResponse:
     """What the request's Slack card looks like now (admins checking the integration)."""
-    approval = selectors.approval_get(approval_id)
+    approval = selectors.approval_get(approval_id, user=request.user)
     fallback, blocks = slack.card_blocks(approval)
     return render(
         request,

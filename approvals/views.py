@@ -32,7 +32,7 @@ A = ApprovalRequest.Status
 @capability_required(Capability.VIEW_RUNS)
 def question_answer(request: AuthenticatedRequest, question_id: int) -> HttpResponse:
     """Answer a run's question from its page; back to the run page, with the refusal if any."""
-    run_id = selectors.question_run_id(question_id)
+    run_id = selectors.question_run_id(question_id, user=request.user)
     try:
         questions.question_answer(
             question_id=question_id, user=request.user, answer=request.POST.get("answer", "")
@@ -53,9 +53,9 @@ def approval_index(request: AuthenticatedRequest) -> HttpResponse:
     status = "all" if request.GET.get("status") == "all" else "pending"
     context = {
         "requests": selectors.approval_queue(
-            workflow_slug=workflow, pending_only=status == "pending"
+            user=request.user, workflow_slug=workflow, pending_only=status == "pending"
         ),
-        "workflows": selectors.approval_queue_workflows(),
+        "workflows": selectors.approval_queue_workflows(request.user),
         "workflow": workflow,
         "status": status,
         "questions": selectors.questions_for(request.user),
@@ -69,7 +69,7 @@ def approval_index(request: AuthenticatedRequest) -> HttpResponse:
 def approval_detail(request: AuthenticatedRequest, approval_id: int) -> HttpResponse:
     """The decision page. The person who launched the run may watch the request of their own
     run without seeing the queue: read-only, since the policy refuses their verdict anyway."""
-    approval = selectors.approval_get(approval_id)
+    approval = selectors.approval_get(approval_id, user=request.user)
     if not selectors.approval_visible_to(request.user, approval):
         raise PermissionDenied("This page needs the capability 'view_approvals'.")
     return render(request, "approvals/detail.html", _detail_context(request, approval))
@@ -79,7 +79,7 @@ def approval_detail(request: AuthenticatedRequest, approval_id: int) -> HttpResp
 @capability_required(Capability.DECIDE_APPROVALS)
 def approval_decide(request: AuthenticatedRequest, approval_id: int) -> HttpResponse:
     """Approve or reject: the decision panel for htmx, back to the page without JavaScript."""
-    approval = selectors.approval_get(approval_id)
+    approval = selectors.approval_get(approval_id, user=request.user)
     verdict = request.POST.get("verdict", "")
     if verdict not in ApprovalDecision.Verdict.values:
         return HttpResponseBadRequest("verdict must be approve or reject")
@@ -96,7 +96,8 @@ def approval_decide(request: AuthenticatedRequest, approval_id: int) -> HttpResp
         )
     except services.ApprovalRefused as refused:
         error = _sentence(str(refused))
-        approval = selectors.approval_get(approval.pk)  # it may have moved on meanwhile
+        # It may have moved on meanwhile.
+        approval = selectors.approval_get(approval.pk, user=request.user)
         if request.htmx:
             # 200, so htmx swaps the panel with the refusal in place.
             context = _panel_context(
@@ -113,7 +114,7 @@ def approval_decide(request: AuthenticatedRequest, approval_id: int) -> HttpResp
         return redirect("approvals:detail", approval_id=approval.pk)
     notice = _outcome(decided, approve=approve)
     if request.htmx:
-        approval = selectors.approval_get(approval.pk)
+        approval = selectors.approval_get(approval.pk, user=request.user)
         response = render(
             request,
             "approvals/detail.html#decision",
@@ -215,7 +216,7 @@ def _detail_context(
 @capability_required(Capability.VIEW_RUNS)
 def approval_comment(request: AuthenticatedRequest, approval_id: int) -> HttpResponse:
     """A remark for the other reviewers, shown in the request's timeline; never a verdict."""
-    approval = selectors.approval_get(approval_id)
+    approval = selectors.approval_get(approval_id, user=request.user)
     if not selectors.approval_visible_to(request.user, approval):
         raise PermissionDenied("This page needs the capability 'view_approvals'.")
     try:
@@ -233,7 +234,7 @@ def approval_comment(request: AuthenticatedRequest, approval_id: int) -> HttpRes
 @capability_required(Capability.DECIDE_APPROVALS)
 def approval_reassign(request: AuthenticatedRequest, approval_id: int) -> HttpResponse:
     """Hand the request to one person or one group ("user:<id>" or "group:<name>")."""
-    approval = selectors.approval_get(approval_id)
+    approval = selectors.approval_get(approval_id, user=request.user)
     to = request.POST.get("to", "")
     kind, _, value = to.partition(":")
     assignee = None

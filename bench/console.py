@@ -43,12 +43,14 @@ from sessions.models import Run, StepResult  # noqa: E402
 TARGET_MS = 150.0
 
 
-def pages() -> list[tuple[str, str]]:
+def pages(person: User) -> list[tuple[str, str]]:
     flt = console.RunFilter.from_params({})
-    second = console.run_page(flt).next_cursor
+    second = console.run_page(flt, user=person).next_cursor
     some = Run.objects.order_by("-pk").values_list("inputs", flat=True).first() or {}
     invoice = str(some.get("invoice", "INV-2026"))
-    deep = console.run_page(console.RunFilter.from_params({"sort": "status"}), size=5000)
+    deep = console.run_page(
+        console.RunFilter.from_params({"sort": "status"}), user=person, size=5000
+    )
     return [
         ("runs list", "/runs/"),
         ("runs, page 2", f"/runs/?after={second}"),
@@ -91,7 +93,7 @@ def main() -> None:
         captured.append(sql)
         return execute(sql, params, many, context)
 
-    for name, path in pages():
+    for name, path in pages(person):
         client.get(path)  # warm caches (templates, the database's buffers)
         times = []
         captured.clear()

@@ -26,8 +26,11 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from approvals.selectors import question_count_for
+from approvals.selectors import approvals_visible_to, question_count_for
+from pandaweb.core.permissions import in_teams
+from pandaweb.core.roles import Capability
 from sessions.models import Run, SavedRunView, ScratchSession, StepResult
+from sessions.selectors import runs_visible_to
 from sessions.services import runstate
 from workflows.models import Workflow, WorkflowVersion
 
@@ -162,9 +165,11 @@ def _start_of(day: date) -> datetime:
     return timezone.make_aware(datetime.combine(day, time.min))
 
 
-def _runs() -> QuerySet[Run]:
-    return Run.objects.select_related("workflow", "version", "launched_by").defer(
-        "inputs", "outputs", "sandbox", "sandbox_facts", "search_text"
+def _runs(user: Any) -> QuerySet[Run]:
+    return (
+        runs_visible_to(user)
+        .select_related("workflow", "version", "launched_by")
+        .defer("inputs", "outputs", "sandbox", "sandbox_facts", "search_text")
     )
 
 
@@ -212,9 +217,9 @@ class RunPage:
     first: bool
 
 
-def run_page(flt: RunFilter, *, cursor: str = "", size: int = PAGE_SIZE) -> RunPage:
-    """One page of the runs list: one query, whatever the number of runs."""
-    runs = _ordered(flt.apply(_runs()), flt)
+def run_page(flt: RunFilter, *, user: Any, cursor: str = "", size: int = PAGE_SIZE) -> RunPage:
+    """One page of the runs ``user`` may see: one query, whatever the number of runs."""
+    runs = _ordered(flt.apply(_runs(user)), flt)
     column = SORTS[flt.sort_key]
     after = decode_cursor(cursor, flt.sort_key) if cursor else None
     if after is not None:
@@ -233,9 +238,9 @@ def run_page(flt: RunFilter, *, cursor: str = "", size: int = PAGE_SIZE) -> RunP
     return RunPage(runs=rows, next_cursor=next_cursor, filter=flt, first=after is None)
 
 
-def run_row(run_id: int) -> Run | None:
-    """One row of the list, for a live update."""
-    return _runs().filter(pk=run_id).first()
+def run_row(run_id: int, *, user: Any) -> Run | None:
+    """One row of the list, for a live update (None for a run ``user`` may not see)."""
+    return _runs(user).filter(pk=run_id).first()
 
 
 def live_query(flt: RunFilter, page: RunPage) -> str:
@@ -249,8 +254,8 @@ def live_query(flt: RunFilter, page: RunPage) -> str:
     return flt.query(newer_than=newest)
 
 
-def run_matches(flt: RunFilter, run_id: int) -> bool:
-    return flt.apply(Run.objects.filter(pk=run_id)).exists()
+def run_matches(flt: RunFilter, run_id: int, *, user: Any) -> bool:
+    return flt.apply(runs_visible_to(user).filter(pk=run_id)).exists()
 
 
 # CSV export -----------------------------------------------------------------------------------
@@ -271,8 +276,9 @@ def csv_cell(value: Any) -> str:
     return text
 
 
-def run_csv_rows(flt: RunFilter) -> Iterator[str]:
-    """The whole filtered list as CSV lines (header first), in the list's order."""
+def run_csv_rows(flt: RunFilter, *, user: Any) -> Iterator[str]:
+    """The whole filtered list of the runs ``user`` may see as CSV lines (header first), in the
+    list's order."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
 
@@ -283,7 +289,7 @@ def run_csv_rows(flt: RunFilter) -> Iterator[str]:
         return buffer.getvalue()
 
     yield line(CSV_COLUMNS)
-    every = Run.objects.select_related("workflow", "version", "launched_by")
+    every = runs_visible_to(user).select_related("workflow", "version", "launched_by")
     runs = _ordered(flt.apply(every), flt)
     for run in runs[:EXPORT_LIMIT].iterator(chunk_size=1000):
         yield line(
@@ -309,10 +315,11 @@ def run_csv_rows(flt: RunFilter) -> Iterator[str]:
 # Filter choices and saved views ---------------------------------------------------------------
 
 
-def filter_choices() -> dict[str, Any]:
-    """What the filter form offers: a fixed number of small queries."""
+def filter_choices(user: Any) -> dict[str, Any]:
+    """What the filter form offers ``user``: a fixed number of small queries."""
+    workflows = in_teams(Workflow.objects.all(), user, Capability.VIEW_RUNS)
     return {
-        "workflows": list(Workflow.objects.order_by("name").values_list("slug", "name")[:500]),
+        "workflows": list(workflows.order_by("name").values_list("slug", "name")[:500]),
         "statuses": Run.Status.choices,
         "launchers": list(
             get_user_model()
@@ -370,7 +377,8 @@ def _stopped_runs(user: Any, limit: int) -> list[StoppedRun]:
     """The person's finished runs whose approval expired or was rejected, or whose approved
     action the portal refused, that they have not seen since (opened, or dismissed here)."""
     ended = (
-        ApprovalRequest.objects.filter(run__launched_by=user, run__status__in=Run.FINAL)
+        in_teams(ApprovalRequest.objects.all(), user, Capability.VIEW_RUNS, via="run__team")
+        .filter(run__launched_by=user, run__status__in=Run.FINAL)
         .filter(Q(status__in=["expired", "rejected"]) | Q(refused_at__isnull=False))
         .exclude(run__seen_marks__user=user)
         .select_related("run__workflow")
@@ -389,7 +397,7 @@ def my_runs(user: Any, *, limit: int = 10) -> dict[str, list[Any]]:
     those that stopped at their approval or at the portal's refusal, until they have seen them
     (these stay whatever their age: nothing else tells the launcher the payment was not made)."""
     since = timezone.now() - timedelta(days=1)
-    mine = _runs().filter(launched_by=user)
+    mine = _runs(user).filter(launched_by=user)
     stopped = _stopped_runs(user, limit)
     return {
         "stopped": stopped,
@@ -403,11 +411,13 @@ def my_runs(user: Any, *, limit: int = 10) -> dict[str, list[Any]]:
     }
 
 
-def failures_today(*, limit: int = 20) -> list[FailureGroup]:
-    """Today's failed runs grouped by workflow and failing step, most frequent first."""
+def failures_today(*, user: Any, limit: int = 20) -> list[FailureGroup]:
+    """Today's failed runs ``user`` may see grouped by workflow and failing step, most frequent
+    first."""
     start = _start_of(timezone.localdate())
     rows = (
-        Run.objects.filter(status=Run.Status.FAILED, finished_at__gte=start)
+        runs_visible_to(user)
+        .filter(status=Run.Status.FAILED, finished_at__gte=start)
         .values("workflow__slug", "workflow__name", "failure_step")
         .annotate(count=Count("id"), last=Max("id"))
         .order_by("-count", "workflow__name", "failure_step")[:limit]
@@ -425,26 +435,32 @@ def failures_today(*, limit: int = 20) -> list[FailureGroup]:
 
 
 def needs_counts(user: Any) -> dict[str, int]:
-    """The live numbers on the home page (one query per number, whatever the data): the team's,
-    and the questions runs ask ``user`` (the navigation badge counts the same)."""
+    """The live numbers on the home page (one query per number, whatever the data): those of
+    the teams ``user`` may see, and the questions runs ask them (the navigation badge counts the
+    same)."""
 
     start = _start_of(timezone.localdate())
+    runs = runs_visible_to(user)
     return {
         "questions": question_count_for(user),
-        "approvals": ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING).count(),
-        "reconcile": Run.objects.filter(status=Run.Status.NEEDS_RECONCILIATION).count(),
-        "failed_today": Run.objects.filter(
-            status=Run.Status.FAILED, finished_at__gte=start
-        ).count(),
-        "active": Run.objects.filter(status__in=WAITING).count(),
+        "approvals": approvals_visible_to(user)
+        .filter(status=ApprovalRequest.Status.PENDING)
+        .count(),
+        "reconcile": runs.filter(status=Run.Status.NEEDS_RECONCILIATION).count(),
+        "failed_today": runs.filter(status=Run.Status.FAILED, finished_at__gte=start).count(),
+        "active": runs.filter(status__in=WAITING).count(),
     }
 
 
 def approvals_for(user: Any, *, limit: int = 10) -> list[Any]:
-    """Pending approvals this person could decide (not of their own runs), soonest to expire."""
+    """Pending approvals this person could decide (of their teams' runs, not of their own),
+    soonest to expire."""
 
+    decidable = in_teams(
+        ApprovalRequest.objects.all(), user, Capability.DECIDE_APPROVALS, via="run__team"
+    )
     return list(
-        ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
+        decidable.filter(status=ApprovalRequest.Status.PENDING)
         .exclude(run__launched_by=user)
         .exclude(decisions__reviewer=user)
         .select_related("run__workflow", "run__launched_by")
@@ -475,12 +491,13 @@ def _reason_head(reason: str) -> str:
     return head[:120]
 
 
-def failure_groups(*, days: int = 14, limit: int = 50) -> list[TriageGroup]:
+def failure_groups(*, user: Any, days: int = 14, limit: int = 50) -> list[TriageGroup]:
     """Failed runs of the last ``days`` grouped by (workflow, step, reason), the most frequent
     first, each with a count per day (oldest first) for a small bar chart."""
     since = _start_of(timezone.localdate() - timedelta(days=days - 1))
     rows = (
-        Run.objects.filter(status=Run.Status.FAILED, finished_at__gte=since)
+        runs_visible_to(user)
+        .filter(status=Run.Status.FAILED, finished_at__gte=since)
         .values("workflow__slug", "workflow__name", "failure_step", "failure_reason")
         .annotate(
             count=Count("id"),
@@ -511,7 +528,7 @@ def failure_groups(*, days: int = 14, limit: int = 50) -> list[TriageGroup]:
         if row["last_at"] > group["last_at"]:
             group["last_at"], group["last_id"] = row["last_at"], row["last_id"]
     ranked = sorted(groups.items(), key=lambda item: -item[1]["count"])[:limit]
-    per_day = _per_day(since, days, [key for key, _ in ranked])
+    per_day = _per_day(runs_visible_to(user), since, days, [key for key, _ in ranked])
     return [
         TriageGroup(
             workflow_slug=key[0],
@@ -530,7 +547,7 @@ def failure_groups(*, days: int = 14, limit: int = 50) -> list[TriageGroup]:
 
 
 def _per_day(
-    since: datetime, days: int, keys: list[tuple[str, str, str]]
+    runs: QuerySet[Run], since: datetime, days: int, keys: list[tuple[str, str, str]]
 ) -> dict[tuple[str, str, str], list[int]]:
     """Failures per day of each group: counted by the database per (workflow, step, reason,
     day), so the rows read grow with the days and distinct reasons, not with the runs."""
@@ -539,7 +556,7 @@ def _per_day(
     if not keys:
         return counts
     rows = (
-        Run.objects.filter(
+        runs.filter(
             status=Run.Status.FAILED,
             finished_at__gte=since,
             workflow__slug__in={key[0] for key in keys},
@@ -559,9 +576,9 @@ def _per_day(
     return counts
 
 
-def triage_runs(*, workflow: str, step: str, reason: str, limit: int = 20) -> list[Run]:
-    """The latest failed runs of one group, for picking two to compare."""
-    runs = _runs().filter(status=Run.Status.FAILED, workflow__slug=workflow, failure_step=step)
+def triage_runs(*, user: Any, workflow: str, step: str, reason: str, limit: int = 20) -> list[Run]:
+    """The latest failed runs of one group ``user`` may see, for picking two to compare."""
+    runs = _runs(user).filter(status=Run.Status.FAILED, workflow__slug=workflow, failure_step=step)
     if reason:
         runs = runs.filter(failure_reason__startswith=reason)
     return list(runs.order_by("-finished_at", "-id")[:limit])
@@ -622,7 +639,7 @@ def capacity(*, expiring_within: timedelta = timedelta(minutes=15)) -> Capacity:
     return Capacity(
         queues=workflow_queues(),
         queued=queued.count(),
-        oldest_queued=_runs().filter(status=Run.Status.QUEUED).order_by("created_at", "id").first(),
+        oldest_queued=queued.select_related("workflow").order_by("created_at", "id").first(),
         active=Run.objects.filter(status__in=Run.ACTIVE).count(),
         sandboxes_by_host=sorted(hosts.items()),
         scratch_open=ScratchSession.objects.filter(status__in=ScratchSession.OPEN).count(),

@@ -12,6 +12,8 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
 from pandaweb.audit.services import audit_record
+from pandaweb.core.permissions import user_can
+from pandaweb.core.roles import Capability
 from sessions.models import Run, RunEvent, RunSeen, SavedRunView
 from sessions.services import RunError, coerce_inputs, run_enqueue
 from sessions.services.records import event_append
@@ -112,6 +114,10 @@ def _rerun(
     workflow = Workflow.objects.select_for_update(no_key=True).get(pk=original.workflow_id)
     if workflow.archived:
         raise RunError("this workflow is archived")
+    # Like a launch (run_launch): the new run is its workflow's team's, and so was the original.
+    for team_id in {original.team_id, workflow.team_id}:
+        if not user_can(user, Capability.LAUNCH_RUNS, team_id=team_id):
+            raise RunError("you may not launch runs of another team's workflows")
     if which == "latest" and start_index == 0:
         version = (
             workflow.versions.filter(status=WorkflowVersion.Status.PUBLISHED)

@@ -30,12 +30,12 @@ from workflows.schema import Parameter
 def runs_context(request: AuthenticatedRequest, *, workflow: str = "") -> dict[str, Any]:
     """The runs list for the address's filters (also embedded on a workflow's page)."""
     flt = console.RunFilter.from_params(request.GET, workflow=workflow)
-    page = console.run_page(flt, cursor=request.GET.get("after", "")[:200])
+    page = console.run_page(flt, user=request.user, cursor=request.GET.get("after", "")[:200])
     return {
         "page": page,
         "live_query": console.live_query(flt, page),
         "filter": flt,
-        "choices": console.filter_choices(),
+        "choices": console.filter_choices(request.user),
         "fixed_workflow": workflow,
         "sort_links": {key: flt.sort_query(key) for key in console.SORTS},
         "list_url": request.path,
@@ -94,7 +94,9 @@ def run_export(request: AuthenticatedRequest) -> StreamingHttpResponse:
     """The current view (every page of it) as CSV."""
     flt = console.RunFilter.from_params(request.GET)
     stamp = timezone.now().strftime("%Y%m%d-%H%M")
-    response = StreamingHttpResponse(console.run_csv_rows(flt), content_type="text/csv")
+    response = StreamingHttpResponse(
+        console.run_csv_rows(flt, user=request.user), content_type="text/csv"
+    )
     response["Content-Disposition"] = f'attachment; filename="runs-{stamp}.csv"'
     return response
 
@@ -127,7 +129,7 @@ def saved_view_delete(request: AuthenticatedRequest, view_id: int) -> HttpRespon
 @capability_required(Capability.VIEW_RUNS)
 def run_dismiss(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
     """Take a run that stopped before acting off the person's home page (their own mark)."""
-    run = selectors.run_get(run_id)
+    run = selectors.run_get(run_id, user=request.user)
     console_services.run_mark_seen(run=run, user=request.user)
     messages.info(request, f"Run #{run.pk} is off your home page; it stays in the runs list.")
     return redirect("home")
@@ -140,7 +142,7 @@ def run_dismiss(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
 @capability_required(Capability.LAUNCH_RUNS)
 def run_rerun(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
     """ "Run again with these inputs" (``?start=N``: continue a failed run from step N+1)."""
-    original = selectors.run_get(run_id)
+    original = selectors.run_get(run_id, user=request.user)
     data = request.POST if request.method == "POST" else request.GET
     try:
         start = max(0, int(data.get("start", "0") or 0))
@@ -205,7 +207,7 @@ def triage(request: AuthenticatedRequest) -> HttpResponse:
         days = min(90, max(1, int(request.GET.get("days", "14"))))
     except ValueError:
         days = 14
-    groups = console.failure_groups(days=days)
+    groups = console.failure_groups(user=request.user, days=days)
     peak = max((max(g.per_day) for g in groups), default=0)
     return render(request, "sessions/triage.html", {"groups": groups, "days": days, "peak": peak})
 
@@ -227,7 +229,10 @@ def triage_compare(request: AuthenticatedRequest) -> HttpResponse:
         left_id, right_id = int(request.GET["a"]), int(request.GET["b"])
     except (KeyError, ValueError):
         raise Http404("say which two runs (a and b)") from None
-    left, right = selectors.run_get(left_id), selectors.run_get(right_id)
+    left, right = (
+        selectors.run_get(left_id, user=request.user),
+        selectors.run_get(right_id, user=request.user),
+    )
     left_step, right_step = console.failing_step(left), console.failing_step(right)
     left_lines, right_lines = _observation_lines(left_step), _observation_lines(right_step)
     diff = list(
@@ -247,7 +252,7 @@ def triage_compare(request: AuthenticatedRequest) -> HttpResponse:
         "others": [
             other
             for other in console.triage_runs(
-                workflow=left.workflow.slug, step=left.failure_step, reason=""
+                user=request.user, workflow=left.workflow.slug, step=left.failure_step, reason=""
             )
             if other.pk not in (left.pk, right.pk)
         ],
@@ -262,7 +267,8 @@ def run_rerun_context(run: Run, user: Any) -> dict[str, Any]:
     ids = [step.get("id") for step in (run.version.document or {}).get("steps", [])]
     failed = ids.index(run.failure_step) if run.failure_step in ids else None
     return {
-        "can_rerun": user_can(user, Capability.LAUNCH_RUNS) and not run.workflow.archived,
+        "can_rerun": user_can(user, Capability.LAUNCH_RUNS, team_id=run.team_id)
+        and not run.workflow.archived,
         "continue_checks": [
             {"check": check, "sentence": sentences[check.index], "failed": check.index == failed}
             for check in checks

@@ -37,25 +37,34 @@ from sessions.events import (
 from sessions.layer import layer_send, receive_group_on_this_loop
 from sessions.models import Run
 from sessions.rendering import Viewer, messages_for, queue_context
-from sessions.selectors import run_events_after
+from sessions.selectors import run_events_after, runs_visible_to
 from sessions.services.control import control_unavailable
 
 
-def _can_view_runs(scope_user: Any) -> bool:
+def _fresh(scope_user: Any) -> Any:
+    """The signed-in person afresh (None for anyone else): the scope's user caches permissions
+    and team roles from the handshake, and a role taken away must end the stream."""
     if scope_user is None or not scope_user.is_authenticated:
-        return False
-    # A fresh copy: the scope's user caches permissions from the handshake.
-    user = get_user_model().objects.filter(pk=scope_user.pk).first()
+        return None
+    return get_user_model().objects.filter(pk=scope_user.pk).first()
+
+
+def _can_view_runs(scope_user: Any) -> bool:
+    user = _fresh(scope_user)
     return user is not None and user_can(user, Capability.VIEW_RUNS)
 
 
 _may_view_runs = read_only(_can_view_runs)
 
 
-@read_only
-def _may_view_run(scope_user: Any, run_id: int) -> bool:
-    """Whether this person may watch the run, in one read: the handshake waits for it."""
-    return _can_view_runs(scope_user) and Run.objects.filter(pk=run_id).exists()
+def _can_view_run(scope_user: Any, run_id: int) -> bool:
+    """Whether this person may watch the run: it is one of their teams' (another team's run is
+    refused like one that does not exist)."""
+    user = _fresh(scope_user)
+    return user is not None and runs_visible_to(user).filter(pk=run_id).exists()
+
+
+_may_view_run = read_only(_can_view_run)
 
 
 class RunConsumer(AsyncWebsocketConsumer):
@@ -106,17 +115,18 @@ class RunConsumer(AsyncWebsocketConsumer):
 
     @read_only
     def _messages_after(self, seq: int) -> list[dict[str, Any]] | None:
-        """The updates after ``seq``, or None once this person may no longer see runs: the
-        check and the read are one trip to daphne's database thread."""
-        scope_user = self.scope.get("user")
-        user_id = getattr(scope_user, "pk", None)
-        # A fresh copy: the scope's user caches permissions from the handshake.
-        user = get_user_model().objects.filter(pk=user_id).first() if user_id else None
-        if user is None or not user_can(user, Capability.VIEW_RUNS):
+        """The updates after ``seq``, or None once this person may no longer see the run (a
+        team taken away): the check and the read are one trip to daphne's database thread."""
+        user = _fresh(self.scope.get("user"))
+        if user is None:
+            return None
+        visible = runs_visible_to(user).filter(pk=self.run_id)
+        team = visible.values_list("team_id", flat=True).first()
+        if team is None:
             return None
         # The fragments carry the buttons and links only for people who may use them.
         events = list(run_events_after(self.run_id, seq))
-        return messages_for(self.run_id, events, Viewer.of(user))
+        return messages_for(self.run_id, events, Viewer.of(user, team_id=team))
 
 
 class RunListConsumer(AsyncWebsocketConsumer):
@@ -160,13 +170,17 @@ class RunListConsumer(AsyncWebsocketConsumer):
     def _row(self, run_id: int) -> str:
         # Only the changed row, swapped by id: a filtered, sorted or paged list keeps its
         # filters and its page; a row that is not on screen is simply not there to swap.
+        # The group hears of every team's runs: another team's is never rendered here.
+        user = _fresh(self.scope.get("user"))
+        if user is None:
+            return ""
         new = (
             self.newer_than is not None
             and run_id > self.newer_than
             and run_id not in self.shown
-            and run_matches(self.flt, run_id)
+            and run_matches(self.flt, run_id, user=user)
         )
-        run = run_row(run_id)
+        run = run_row(run_id, user=user)
         if run is None:
             return ""
         if new:
@@ -210,7 +224,8 @@ class HomeCountsConsumer(AsyncWebsocketConsumer):
 
     @read_only
     def _counts(self) -> str:
-        user = self.scope["user"]
+        # Counted for this person's teams as they are now.
+        user = _fresh(self.scope.get("user"))
         return render_to_string(
             "core/partials/_home_counts.html", {"counts": needs_counts(user), "oob": True}
         )
@@ -227,7 +242,7 @@ class RunQueueConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
         workflow_id = await self._workflow_id()
-        if not await _may_view_runs(self.scope.get("user")) or workflow_id is None:
+        if not await _may_view_run(self.scope.get("user"), self.run_id) or workflow_id is None:
             await self.close()
             return
         self.group = queue_group(workflow_id)
@@ -243,7 +258,7 @@ class RunQueueConsumer(AsyncWebsocketConsumer):
         return
 
     async def queue_changed(self, event: QueueChanged) -> None:
-        if not await _may_view_runs(self.scope.get("user")):
+        if not await _may_view_run(self.scope.get("user"), self.run_id):
             await self.close()
             return
         await self.send(text_data=await self._place())
@@ -259,11 +274,15 @@ class RunQueueConsumer(AsyncWebsocketConsumer):
 
 
 @read_only
-def _may(scope_user: Any, capability: Capability) -> bool:
-    if scope_user is None or not scope_user.is_authenticated:
-        return False
-    user = get_user_model().objects.filter(pk=scope_user.pk).first()
-    return user is not None and user_can(user, capability)
+def _may_control_run(scope_user: Any, run_id: int) -> bool:
+    """Whether this person may take control of the run's browser: CONTROL_RUNS in its team."""
+    user = _fresh(scope_user)
+    team_id = Run.objects.filter(pk=run_id).values_list("team_id", flat=True).first()
+    return (
+        user is not None
+        and team_id is not None
+        and user_can(user, Capability.CONTROL_RUNS, team_id=team_id)
+    )
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
@@ -338,10 +357,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if not isinstance(data, dict) or data.get("type") not in ("control", "input"):
             return await self._refused("a message this page does not understand")
         user = self.scope.get("user")
-        if not await _may_view_runs(user):
+        if not await _may_view_run(user, self.run_id):
             await self.close()
             return
-        if not await _may(user, Capability.CONTROL_RUNS):
+        if not await _may_control_run(user, self.run_id):
             return await self._refused("You may watch this run but not take control of it.")
         action: Literal["take", "release", "input"]
         if data["type"] == "input":
@@ -375,7 +394,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if now - self.last_frame < self.interval:
             return  # this viewer's rate: the next frame will do
         if now - self.checked_at >= self.FRAME_RECHECK_SECONDS:
-            if not await _may_view_runs(self.scope.get("user")):
+            if not await _may_view_run(self.scope.get("user"), self.run_id):
                 await self.close()
                 return
             self.checked_at = now
@@ -386,14 +405,14 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=json.dumps({"type": "step", "index": event["index"]}))
 
     async def live_control(self, event: LiveControl) -> None:
-        if not await _may_view_runs(self.scope.get("user")):
+        if not await _may_view_run(self.scope.get("user"), self.run_id):
             await self.close()
             return
         message = {key: value for key, value in event.items() if key != "type"}
         await self.send(text_data=json.dumps({"type": "control", **message}))
 
     async def live_dialog(self, event: LiveDialog) -> None:
-        if not await _may_view_runs(self.scope.get("user")):
+        if not await _may_view_run(self.scope.get("user"), self.run_id):
             await self.close()
             return
         message = {key: value for key, value in event.items() if key != "type"}

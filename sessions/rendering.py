@@ -49,14 +49,15 @@ class Viewer:
     user_id: int | None = None
 
     @classmethod
-    def of(cls, user: Any) -> Viewer:
+    def of(cls, user: Any, *, team_id: int | None = None) -> Viewer:
+        """What ``user`` may do on a run of the team ``team_id`` (without it: in any team)."""
         if user is None:
             return cls()
         return cls(
-            can_cancel=user_can(user, Capability.LAUNCH_RUNS),
-            can_reconcile=user_can(user, Capability.DECIDE_APPROVALS),
-            can_audit=user_can(user, Capability.VIEW_AUDIT),
-            can_see_approvals=user_can(user, Capability.VIEW_APPROVALS),
+            can_cancel=user_can(user, Capability.LAUNCH_RUNS, team_id=team_id),
+            can_reconcile=user_can(user, Capability.DECIDE_APPROVALS, team_id=team_id),
+            can_audit=user_can(user, Capability.VIEW_AUDIT, team_id=team_id),
+            can_see_approvals=user_can(user, Capability.VIEW_APPROVALS, team_id=team_id),
             user_id=getattr(user, "pk", None),
         )
 

@@ -5,9 +5,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 from django.http import Http404
 
+from pandaweb.core.permissions import in_teams
+from pandaweb.core.roles import Capability
 from sessions.engine.steps.base import StepBase
 from sessions.engine.steps.language import REFERENCE, TEMPLATE
 from sessions.models import Run, RunEvent, SessionTemplate, StepResult
@@ -15,12 +18,21 @@ from workflows.models import Workflow, WorkflowVersion
 from workflows.schema import STEP_ADAPTER, SessionSpec, describe_step
 
 
-def run_get(run_id: int) -> Run:
-    """The run or 404. Every role that may see runs may see every run of the team."""
+def runs_visible_to(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Run]:
+    """The runs ``user`` may see: those of the teams where they may view runs (every run for a
+    global role). Every list, search and count of runs starts here."""
+    return in_teams(Run.objects.all(), user, Capability.VIEW_RUNS)
+
+
+def run_get(run_id: int, *, user: AbstractBaseUser | AnonymousUser) -> Run:
+    """The run or 404. Another team's run is "no such run" too, so its id tells a stranger
+    nothing."""
     try:
-        return Run.objects.select_related(
-            "workflow", "version", "launched_by", "session_template__requested_by"
-        ).get(pk=run_id)
+        return (
+            runs_visible_to(user)
+            .select_related("workflow", "version", "launched_by", "session_template__requested_by")
+            .get(pk=run_id)
+        )
     except Run.DoesNotExist:
         raise Http404("no such run") from None
 
@@ -118,15 +130,24 @@ class RunFilters:
     outputs: tuple[tuple[str, Any], ...] = ()
 
 
-def run_keyset(filters: RunFilters, *, before_id: int | None, limit: int) -> list[Run]:
-    """Up to ``limit`` runs matching ``filters``, newest first, with ids below ``before_id``.
+def run_keyset(
+    filters: RunFilters,
+    *,
+    user: AbstractBaseUser | AnonymousUser,
+    before_id: int | None,
+    limit: int,
+) -> list[Run]:
+    """Up to ``limit`` runs ``user`` may see matching ``filters``, newest first, with ids below
+    ``before_id``.
 
     Keyset pagination on the primary key: a page never shifts when runs are launched meanwhile,
     and no page counts the table. Names in ``inputs`` / ``outputs`` must be identifiers (the
     caller checks): they become JSON key lookups.
     """
-    runs = Run.objects.select_related("workflow", "version", "launched_by").defer(
-        "sandbox", "sandbox_facts"
+    runs = (
+        runs_visible_to(user)
+        .select_related("workflow", "version", "launched_by")
+        .defer("sandbox", "sandbox_facts")
     )
     if filters.workflow:
         runs = runs.filter(workflow__slug=filters.workflow)

@@ -83,7 +83,7 @@ def run_launch(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 @require_GET
 @capability_required(Capability.VIEW_RUNS)
 def run_detail(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_get(run_id)
+    run = selectors.run_get(run_id, user=request.user)
     if run.launched_by_id == request.user.pk and run.status in run.FINAL:
         # The launcher now sees how it ended: the home page stops holding it up to them.
         console_services.run_mark_seen(run=run, user=request.user)
@@ -94,13 +94,15 @@ def run_detail(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
         "live_steps": sentences,
         "live_index": current,
         "live_now": sentences[current] if sentences else "",
-        "can_control": user_can(request.user, Capability.CONTROL_RUNS),
+        "can_control": user_can(request.user, Capability.CONTROL_RUNS, team_id=run.team_id),
         "still": None if run.is_final else rendering.live_still(run),
         "live_max_fps": settings.LIVE_MAX_FPS,
         "filmstrip": filmstrip_frames(services.run_files_dir(run.pk)),
         "denials": selectors.run_denials(run),
         "artifacts": run.artifacts.all(),
-        "header": rendering.header_html(run, rendering.Viewer.of(request.user), request),
+        "header": rendering.header_html(
+            run, rendering.Viewer.of(request.user, team_id=run.team_id), request
+        ),
         "queue": rendering.queue_context(run) if run.status == run.Status.QUEUED else None,
         **console_views.run_rerun_context(run, request.user),
     }
@@ -110,7 +112,7 @@ def run_detail(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
 @require_GET
 @capability_required(Capability.VIEW_RUNS)
 def step_detail(request: AuthenticatedRequest, run_id: int, index: int) -> HttpResponse:
-    run = selectors.run_get(run_id)
+    run = selectors.run_get(run_id, user=request.user)
     step = run.step_results.filter(index=index).first()
     if step is None:
         raise Http404("no such step")
@@ -127,7 +129,7 @@ def step_detail(request: AuthenticatedRequest, run_id: int, index: int) -> HttpR
 @require_POST
 @capability_required(Capability.LAUNCH_RUNS)
 def run_cancel(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_get(run_id)
+    run = selectors.run_get(run_id, user=request.user)
     services.run_cancel(run_id=run.pk, user=request.user)
     messages.info(request, f"Run #{run.pk} cancelled; its browser is gone.")
     return redirect("runs:detail", run_id=run.pk)
@@ -136,7 +138,7 @@ def run_cancel(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
 @require_POST
 @capability_required(Capability.DECIDE_APPROVALS)
 def run_reconcile(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_get(run_id)
+    run = selectors.run_get(run_id, user=request.user)
     happened = request.POST.get("happened")
     if happened not in ("yes", "no"):
         return HttpResponse("say whether the action happened", status=400)
@@ -161,7 +163,7 @@ def run_reconcile(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
 @capability_required(Capability.VIEW_RUNS)
 def run_file(request: AuthenticatedRequest, run_id: int, path: str) -> FileResponse:
     """A screenshot, thumbnail or download of a run, for people who may see runs only."""
-    run = selectors.run_get(run_id)
+    run = selectors.run_get(run_id, user=request.user)
     root = (Path(settings.RUN_FILES_DIR) / str(run.pk)).resolve()
     target = (root / path).resolve()
     if not target.is_relative_to(root) or not target.is_file():
@@ -232,7 +234,7 @@ def session_template_bake(request: AuthenticatedRequest, slug: str) -> HttpRespo
 @capability_required(Capability.VIEW_RUNS)
 @capability_required(Capability.AUTHOR_WORKFLOWS)
 def step_heal(request: AuthenticatedRequest, run_id: int, index: int) -> HttpResponse:
-    run = selectors.run_get(run_id)
+    run = selectors.run_get(run_id, user=request.user)
     result = run.step_results.filter(index=index).first()
     if result is None:
         raise Http404("no such step")
@@ -315,7 +317,7 @@ def step_heal(request: AuthenticatedRequest, run_id: int, index: int) -> HttpRes
 def step_heal_picture(
     request: AuthenticatedRequest, run_id: int, index: int, number: int
 ) -> HttpResponse:
-    run = selectors.run_get(run_id)
+    run = selectors.run_get(run_id, user=request.user)
     result = run.step_results.filter(index=index).first()
     if result is None:
         raise Http404("no such step")

@@ -34,7 +34,7 @@ def home(request: HttpRequest) -> HttpResponse:
         if sees_runs:
             context["my_questions"] = questions_for(user, limit=10)
             context["mine"] = console.my_runs(user)
-            context["failures"] = console.failures_today()
+            context["failures"] = console.failures_today(user=user)
             context["counts"] = console.needs_counts(user)
     return render(request, "core/home.html", context)
 

@@ -48,13 +48,15 @@ def control_open(*, run_id: int, user_id: int, step_index: int) -> ControlSessio
     """Give ``user_id`` control of run ``run_id``'s browser, paused before ``step_index``.
 
     Preconditions: the run is running and nobody else has control; the user holds the control
-    capability. Raises RunError in the user's words otherwise. Not idempotent.
+    capability in the run's team. Raises RunError in the user's words otherwise. Not idempotent.
     """
     user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
     if user is None or not user_can(user, Capability.CONTROL_RUNS):
         raise RunError("you may watch this run but not take control of it")
     with transaction.atomic():
         run = lock_run(run_id)
+        if not user_can(user, Capability.CONTROL_RUNS, team_id=run.team_id):
+            raise RunError("you may not take control of another team's runs")
         if unavailable := control_unavailable(run):
             raise RunError(unavailable)
         holder = run.control_sessions.filter(closed_at__isnull=True).select_related("user").first()

@@ -67,8 +67,8 @@ def test_it_finds_a_run_by_an_input_and_by_an_output(
     other.outputs = {"receipt": "PAY-77-XY"}
     other.save(update_fields=["outputs"])
 
-    by_input = console.run_page(console.RunFilter.from_params({"q": "inv-4242"}))
-    by_output = console.run_page(console.RunFilter.from_params({"q": "pay-77"}))
+    by_input = console.run_page(console.RunFilter.from_params({"q": "inv-4242"}), user=operator)
+    by_output = console.run_page(console.RunFilter.from_params({"q": "pay-77"}), user=operator)
 
     assert [r.pk for r in by_input.runs] == [wanted.pk]
     assert [r.pk for r in by_output.runs] == [other.pk]
@@ -96,7 +96,10 @@ def test_every_filter_narrows_the_list(operator: User, demo_workflow: Workflow) 
     Run.objects.filter(pk=theirs.pk).update(created_at=timezone.now() - timedelta(days=10))
 
     def ids(**params: str) -> list[int]:
-        return [r.pk for r in console.run_page(console.RunFilter.from_params(params)).runs]
+        return [
+            r.pk
+            for r in console.run_page(console.RunFilter.from_params(params), user=operator).runs
+        ]
 
     assert ids(by="carl") == [theirs.pk]
     assert ids(step="submit-payment") == [mine.pk]
@@ -127,10 +130,10 @@ def test_pages_reach_every_run_once_and_do_not_shift_when_runs_are_launched(
     runs = [launch(operator, demo_workflow, f"INV-{1000 + i}") for i in range(7)]
     flt = console.RunFilter.from_params({})
 
-    first = console.run_page(flt, size=3)
+    first = console.run_page(flt, user=operator, size=3)
     launch(operator, demo_workflow, "INV-9999")  # arrives while someone pages
-    second = console.run_page(flt, cursor=first.next_cursor, size=3)
-    third = console.run_page(flt, cursor=second.next_cursor, size=3)
+    second = console.run_page(flt, user=operator, cursor=first.next_cursor, size=3)
+    third = console.run_page(flt, user=operator, cursor=second.next_cursor, size=3)
 
     seen = [r.pk for page in (first, second, third) for r in page.runs]
     assert seen == [r.pk for r in reversed(runs)]
@@ -149,7 +152,7 @@ def test_sorted_pages_neither_skip_nor_repeat(
     seen: list[int] = []
     cursor = ""
     while True:
-        page = console.run_page(flt, cursor=cursor, size=2)
+        page = console.run_page(flt, user=operator, cursor=cursor, size=2)
         seen += [r.pk for r in page.runs]
         cursor = page.next_cursor
         if not cursor:
@@ -426,7 +429,7 @@ def test_triage_groups_failures_by_workflow_step_and_reason(
     finished(launch(operator, demo_workflow), "failed", step="log-in", reason="portal down")
     finished(launch(operator, demo_workflow), "succeeded")
 
-    groups = console.failure_groups(days=7)
+    groups = console.failure_groups(user=operator, days=7)
 
     assert [(g.step, g.reason, g.count) for g in groups] == [
         ("log-in", "bad password", 3),
