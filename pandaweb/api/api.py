@@ -545,7 +545,7 @@ def run_list(
 ) -> RunPage:
     """Runs, newest first, one page at a time: follow ``next_cursor`` (keyset pagination, stable
     while runs are being launched)."""
-    _auth(request, Scope.RUNS_READ)
+    context = _auth(request, Scope.RUNS_READ)
     filters = run_selectors.RunFilters(
         workflow=workflow,
         statuses=tuple(str(s) for s in status),
@@ -556,7 +556,10 @@ def run_list(
         outputs=_pairs(output, "output"),
     )
     found = run_selectors.run_keyset(
-        filters, before_id=cursor_decode(cursor) if cursor else None, limit=limit + 1
+        filters,
+        user=context.user,
+        before_id=cursor_decode(cursor) if cursor else None,
+        limit=limit + 1,
     )
     page = found[:limit]
     return RunPage(
@@ -568,20 +571,20 @@ def run_list(
 @runs.get("/{int:run_id}", response=RunOut, url_name="run_get")
 def run_get(request: HttpRequest, run_id: int) -> RunOut:
     """Status, steps, outputs, failure reason, approvals and links to screenshots and files."""
-    _auth(request, Scope.RUNS_READ)
-    return _run_out(run_selectors.run_get(run_id))
+    context = _auth(request, Scope.RUNS_READ)
+    return _run_out(run_selectors.run_get(run_id, user=context.user))
 
 
 @runs.post("/{int:run_id}/cancel", response=RunOut, url_name="run_cancel")
 def cancel(request: HttpRequest, run_id: int) -> RunOut:
     """Stop the run (idempotent: a finished run is returned as it is)."""
     context = _auth(request, Scope.RUNS_LAUNCH)
-    run_selectors.run_get(run_id)
+    run_selectors.run_get(run_id, user=context.user)
     try:
         run_cancel(run_id=run_id, user=context.user)
     except TransitionRefused as exc:
         raise Problem(409, str(exc)) from None
-    return _run_out(run_selectors.run_get(run_id))
+    return _run_out(run_selectors.run_get(run_id, user=context.user))
 
 
 @runs.post(
@@ -598,7 +601,8 @@ def answer(
 
     Scope: ``questions:answer`` (``runs:launch`` does not answer)."""
     context = _auth(request, Scope.QUESTIONS_ANSWER)
-    if not Question.objects.filter(pk=question_id, run_id=run_id).exists():
+    run = run_selectors.run_get(run_id, user=context.user)
+    if not Question.objects.filter(pk=question_id, run=run).exists():
         raise Http404("no such question")
     try:
         question_answer(question_id=question_id, user=context.user, answer=payload.answer)
@@ -615,8 +619,8 @@ def answer(
 @runs.get("/{int:run_id}/files/{path:path}", url_name="run_file")
 def run_file(request: HttpRequest, run_id: int, path: str) -> FileResponse:
     """A screenshot or other file of the run (links come with the run)."""
-    _auth(request, Scope.RUNS_READ)
-    run = run_selectors.run_get(run_id)
+    context = _auth(request, Scope.RUNS_READ)
+    run = run_selectors.run_get(run_id, user=context.user)
     root = (Path(settings.RUN_FILES_DIR) / str(run.pk)).resolve()
     target = (root / path).resolve()
     if not target.is_relative_to(root) or not target.is_file():
@@ -627,7 +631,8 @@ def run_file(request: HttpRequest, run_id: int, path: str) -> FileResponse:
 @runs.get("/{int:run_id}/artifacts/{int:artifact_id}", url_name="run_artifact")
 def run_artifact(request: HttpRequest, run_id: int, artifact_id: int) -> FileResponse:
     """A file the run downloaded from the portal, under its own name."""
-    _auth(request, Scope.RUNS_READ)
+    context = _auth(request, Scope.RUNS_READ)
+    run_selectors.run_get(run_id, user=context.user)
     artifact = Artifact.objects.filter(run_id=run_id, pk=artifact_id).first()
     if artifact is None:
         raise Http404("no such artifact")
@@ -642,7 +647,7 @@ def run_artifact(request: HttpRequest, run_id: int, artifact_id: int) -> FileRes
 def run_bundle(request: HttpRequest, run_id: int) -> FileResponse:
     """The run's evidence bundle (zip), the same as the audit page's; each download is audited."""
     context = _auth(request, Scope.AUDIT_READ)
-    run_selectors.run_get(run_id)
+    run_selectors.run_get(run_id, user=context.user)
     path = run_bundle_to_file(run_id=run_id, user=context.user)
     return _serve(path, filename=f"pandaweb-run-{run_id}-evidence.zip", delete=True)
 
@@ -705,8 +710,8 @@ def approval_list(request: HttpRequest) -> list[ApprovalSummary]:
 @approvals.get("/{int:approval_id}", response=ApprovalOut, url_name="approval_get")
 def approval_get(request: HttpRequest, approval_id: int) -> ApprovalOut:
     """The request with its frozen evidence and ``evidence_sha256``: quote that hash to decide."""
-    _auth(request, Scope.APPROVALS_READ)
-    return _approval_out(approval_selectors.approval_get(approval_id))
+    context = _auth(request, Scope.APPROVALS_READ)
+    return _approval_out(approval_selectors.approval_get(approval_id, user=context.user))
 
 
 @approvals.post("/{int:approval_id}/decision", response=ApprovalOut, url_name="approval_decide")
@@ -715,7 +720,7 @@ def decide(request: HttpRequest, approval_id: int, payload: DecisionIn) -> Appro
     separation of duties, reviewer group, quorum, expiry."""
     context = _auth(request, Scope.APPROVALS_DECIDE)
     user: User = context.user
-    approval = approval_selectors.approval_get(approval_id)
+    approval = approval_selectors.approval_get(approval_id, user=user)
     refusal = approval_refusal(user, approval)
     if refusal:
         raise Problem(403, refusal, type="decision-refused")
@@ -740,7 +745,7 @@ def decide(request: HttpRequest, approval_id: int, payload: DecisionIn) -> Appro
         if exc.field_errors:
             raise Problem(422, str(exc), errors=problems.field_errors(exc.field_errors)) from None
         raise Problem(409, str(exc), type="decision-refused") from None
-    return _approval_out(approval_selectors.approval_get(approval_id))
+    return _approval_out(approval_selectors.approval_get(approval_id, user=user))
 
 
 # Audit -------------------------------------------------------------------------------------------
@@ -807,5 +812,9 @@ api.add_router("/batches", batches_router)
 
 
 def run_document(run_id: int) -> dict[str, Any]:
-    """The run as ``GET /api/v1/runs/{id}`` answers it, for other adapters (the CLI)."""
-    return _run_out(run_selectors.run_get(run_id)).model_dump(mode="json")
+    """The run as ``GET /api/v1/runs/{id}`` answers it, for other adapters (the CLI: whoever
+    runs manage.py on the server sees every team's runs, as the database does)."""
+    run = Run.objects.select_related("workflow", "version", "launched_by").filter(pk=run_id).first()
+    if run is None:
+        raise Http404("no such run")
+    return _run_out(run).model_dump(mode="json")

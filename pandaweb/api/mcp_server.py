@@ -43,6 +43,7 @@ from pandaweb.audit.redaction import redact
 from pandaweb.core.permissions import in_teams
 from pandaweb.core.roles import Capability
 from sessions.models import Run, StepResult
+from sessions.selectors import runs_visible_to
 from sessions.services import RunError, TransitionRefused, run_cancel, run_launch
 from workflows.models import Workflow, WorkflowVersion
 
@@ -217,9 +218,11 @@ def list_tools_for(token: TokenContext) -> list[types.Tool]:
 
 
 def _own_run(token: TokenContext, run_id: Any) -> Run:
-    """The owner's run; anyone else's answers exactly as a missing one does."""
+    """The owner's run, in a team where they may still see runs; anyone else's answers exactly
+    as a missing one does."""
     run = (
-        Run.objects.select_related("workflow")
+        runs_visible_to(token.user)
+        .select_related("workflow")
         .filter(pk=run_id if isinstance(run_id, int) else -1, launched_by=token.user)
         .first()
     )
@@ -349,7 +352,7 @@ def read_resource_for(
     if match is None:
         raise ToolRefused(f"Unknown resource {uri!r}.")
     run_id, index, kind = int(match[1]), int(match[2]), match[3]
-    runs = Run.objects.all()
+    runs = runs_visible_to(token.user)
     if not token.allows(Scope.RUNS_READ):
         if not token.allows(Scope.TOOLS_CALL):
             raise ToolRefused(f"Unknown resource {uri!r}.")

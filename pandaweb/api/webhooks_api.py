@@ -20,6 +20,7 @@ from pandaweb.api.access import token_with_scope
 from pandaweb.api.paging import cursor_decode, cursor_encode
 from pandaweb.api.problems import Problem, field_errors
 from pandaweb.api.scopes import Scope
+from pandaweb.core.models import Team
 from pandaweb.webhooks import selectors, services
 from pandaweb.webhooks.models import Event, Message, Subscription
 from workflows.models import Workflow
@@ -34,6 +35,7 @@ class SubscriptionOut(Schema):
     id: int
     name: str
     url: str
+    team: str = Field(description="The slug of the team whose events it hears.")
     workflow: str | None = Field(description="The workflow's slug; null: every workflow.")
     events: list[str]
     active: bool
@@ -55,6 +57,11 @@ class SubscriptionIn(Schema):
     url: str = Field(description="http:// or https://; redirects are not followed.")
     events: list[Event]
     workflow: str | None = Field(None, description="A workflow's slug; null: every workflow.")
+    team: str | None = Field(
+        None,
+        description="The slug of the team whose events it hears; null: the workflow's, or your "
+        "only team.",
+    )
 
 
 class SubscriptionChangeIn(Schema):
@@ -114,6 +121,7 @@ def _subscription_out(subscription: Subscription) -> dict[str, Any]:
         "id": subscription.pk,
         "name": subscription.name,
         "url": subscription.url,
+        "team": subscription.team.slug,
         "workflow": subscription.workflow.slug if subscription.workflow else None,
         "events": list(subscription.events),
         "active": subscription.active,
@@ -183,8 +191,8 @@ def _refused(exc: services.WebhookError) -> Problem:
 def subscription_list(request: HttpRequest) -> list[SubscriptionOut]:
     """The installation's webhook subscriptions, by name (a launch's callback is not among them;
     its deliveries are in the log). Never their secrets. Scope: ``webhooks:read``."""
-    token_with_scope(request, Scope.WEBHOOKS_READ)
-    return [SubscriptionOut(**_subscription_out(s)) for s in selectors.subscriptions()]
+    context = token_with_scope(request, Scope.WEBHOOKS_READ)
+    return [SubscriptionOut(**_subscription_out(s)) for s in selectors.subscriptions(context.user)]
 
 
 @router.post(
@@ -201,6 +209,12 @@ def subscription_create(
     Scope: ``webhooks:write``."""
     context = token_with_scope(request, Scope.WEBHOOKS_WRITE)
     workflow_id = _workflow_id(payload.workflow)
+    team_id = None
+    if payload.team is not None:
+        team_id = Team.objects.filter(slug=payload.team).values_list("pk", flat=True).first()
+        if team_id is None:
+            message = f"no team has the slug {payload.team!r}"
+            raise Problem(422, INVALID, errors=[{"field": "team", "message": message}])
     try:
         subscription, secret = services.subscription_create(
             user=context.user,
@@ -208,10 +222,11 @@ def subscription_create(
             url=payload.url,
             events=[str(e) for e in payload.events],
             workflow_id=workflow_id,
+            team_id=team_id,
         )
     except services.WebhookError as exc:
         raise _refused(exc) from None
-    made = selectors.subscription_get(subscription.pk)
+    made = selectors.subscription_get(subscription.pk, user=context.user)
     return Status(201, SubscriptionCreatedOut(**_subscription_out(made), secret=secret))
 
 
@@ -223,8 +238,9 @@ def subscription_create(
 )
 def subscription_get(request: HttpRequest, subscription_id: int) -> SubscriptionOut:
     """One subscription (or a launch's callback), without its secret. Scope: ``webhooks:read``."""
-    token_with_scope(request, Scope.WEBHOOKS_READ)
-    return SubscriptionOut(**_subscription_out(selectors.subscription_get(subscription_id)))
+    context = token_with_scope(request, Scope.WEBHOOKS_READ)
+    subscription = selectors.subscription_get(subscription_id, user=context.user)
+    return SubscriptionOut(**_subscription_out(subscription))
 
 
 # Fields whose null means "as it is" would hide a mistake; only the workflow's null means something.
@@ -244,7 +260,7 @@ def subscription_update(
     workflow) and ``active`` (switching it on again clears its failure count). All or nothing;
     the values it has already change nothing. Scope: ``webhooks:write``."""
     context = token_with_scope(request, Scope.WEBHOOKS_WRITE)
-    subscription = selectors.subscription_get(subscription_id)
+    subscription = selectors.subscription_get(subscription_id, user=context.user)
     sent = payload.model_dump(exclude_unset=True)
     nulls = [name for name in _NOT_NULL if name in sent and sent[name] is None]
     if nulls:
@@ -274,7 +290,8 @@ def subscription_update(
             services.subscription_set_active(
                 subscription_id=subscription.pk, user=context.user, active=sent["active"]
             )
-    return SubscriptionOut(**_subscription_out(selectors.subscription_get(subscription.pk)))
+    made = selectors.subscription_get(subscription.pk, user=context.user)
+    return SubscriptionOut(**_subscription_out(made))
 
 
 @router.delete(
@@ -287,7 +304,7 @@ def subscription_delete(request: HttpRequest, subscription_id: int) -> Status[No
     """Delete the subscription and its delivery log (the audit trail keeps what it was); its
     pending messages are never sent. Scope: ``webhooks:write``."""
     context = token_with_scope(request, Scope.WEBHOOKS_WRITE)
-    subscription = selectors.subscription_get(subscription_id)
+    subscription = selectors.subscription_get(subscription_id, user=context.user)
     services.subscription_delete(subscription_id=subscription.pk, user=context.user)
     return Status(204, None)
 
@@ -303,7 +320,7 @@ def subscription_secret(request: HttpRequest, subscription_id: int) -> SecretOut
     old one stops at once: what is still pending is signed with the new one.
     Scope: ``webhooks:write``."""
     context = token_with_scope(request, Scope.WEBHOOKS_WRITE)
-    subscription = selectors.subscription_get(subscription_id)
+    subscription = selectors.subscription_get(subscription_id, user=context.user)
     secret = services.subscription_rotate_secret(subscription_id=subscription.pk, user=context.user)
     return SecretOut(subscription=subscription.pk, secret=secret)
 
@@ -327,8 +344,9 @@ def delivery_list(
     """The messages sent or to send (callbacks' included), newest first, one page at a time:
     follow ``next_cursor`` (keyset pagination, stable while events are recorded).
     Scope: ``webhooks:read``."""
-    token_with_scope(request, Scope.WEBHOOKS_READ)
+    context = token_with_scope(request, Scope.WEBHOOKS_READ)
     found = selectors.message_keyset(
+        user=context.user,
         subscription_id=subscription,
         status=status.value if status else "",
         before_id=cursor_decode(cursor) if cursor else None,
@@ -350,8 +368,8 @@ def delivery_list(
 def delivery_get(request: HttpRequest, message_id: int) -> DeliveryDetailOut:
     """The message as it is sent (its JSON body) and every attempt with what the receiver
     answered, newest first. Scope: ``webhooks:read``."""
-    token_with_scope(request, Scope.WEBHOOKS_READ)
-    message = selectors.message_get(message_id)
+    context = token_with_scope(request, Scope.WEBHOOKS_READ)
+    message = selectors.message_get(message_id, user=context.user)
     return DeliveryDetailOut(
         **_delivery_out(message),
         payload=message.payload,
@@ -380,6 +398,8 @@ def delivery_redeliver(request: HttpRequest, message_id: int) -> Status[Delivery
     button: the same ``webhook-id``, through the outbox (202; the attempt appears in the
     delivery's ``attempts_made`` once made). Scope: ``webhooks:write``."""
     context = token_with_scope(request, Scope.WEBHOOKS_WRITE)
-    message = selectors.message_get(message_id)
+    message = selectors.message_get(message_id, user=context.user)
     services.message_redeliver(message_id=message.pk, user=context.user)
-    return Status(202, DeliveryOut(**_delivery_out(selectors.message_get(message.pk))))
+    return Status(
+        202, DeliveryOut(**_delivery_out(selectors.message_get(message.pk, user=context.user)))
+    )

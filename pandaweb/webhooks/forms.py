@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 
+from pandaweb.core.models import Team
+from pandaweb.core.permissions import in_teams
 from pandaweb.webhooks.models import Event
+from pandaweb.webhooks.selectors import MANAGE
 from workflows.models import Workflow
 
 
@@ -15,9 +20,26 @@ class SubscriptionForm(forms.Form):
         help_text="pandaweb POSTs JSON here, signed (Standard Webhooks). "
         "Redirects are not followed.",
     )
+    team = forms.ModelChoiceField(
+        queryset=Team.objects.none(),
+        required=False,
+        empty_label="The workflow's (or your only team)",
+        help_text="It hears only this team's runs and approvals.",
+    )
     workflow = forms.ModelChoiceField(
-        queryset=Workflow.objects.filter(archived=False).order_by("name"),
+        queryset=Workflow.objects.none(),
         required=False,
         empty_label="All workflows",
     )
     events = forms.MultipleChoiceField(choices=Event.choices, widget=forms.CheckboxSelectMultiple)
+
+    def __init__(self, *args: Any, user: Any, fixed_team: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Only the person's teams and their workflows are offered (the service checks again).
+        self.fields["team"].queryset = in_teams(Team.objects.all(), user, MANAGE, via="pk")
+        self.fields["workflow"].queryset = in_teams(
+            Workflow.objects.filter(archived=False), user, MANAGE
+        ).order_by("name")
+        if fixed_team:
+            # A subscription stays with the team it was made for.
+            del self.fields["team"]

@@ -32,10 +32,14 @@ from standardwebhooks import Webhook
 from approvals.models import ApprovalRequest
 from pandaweb.audit.services import audit_record
 from pandaweb.core.dispatch import dispatch, task_named
+from pandaweb.core.models import Team, default_team_id
+from pandaweb.core.permissions import teams_where
 from pandaweb.webhooks import payloads
 from pandaweb.webhooks.models import Attempt, Event, Message, Subscription
+from pandaweb.webhooks.selectors import MANAGE
 from sessions.models import Run
 from workflows.hosts import HostPatternError, host_allowed, normalize_host, parse_host_pattern
+from workflows.models import Workflow
 from workflows.services.credentials import vault
 
 logger = logging.getLogger(__name__)
@@ -120,6 +124,7 @@ def _check(*, name: str, url: str, events: list[str]) -> tuple[str, str, list[st
 def _facts(subscription: Subscription) -> dict[str, Any]:
     return {
         "name": subscription.name,
+        "team": subscription.team.slug,
         "url": subscription.url,
         "workflow": subscription.workflow.slug if subscription.workflow else None,
         "events": list(subscription.events),
@@ -127,17 +132,60 @@ def _facts(subscription: Subscription) -> dict[str, Any]:
     }
 
 
+def _team_for(*, user: User, team_id: int | None, workflow_id: int | None) -> int:
+    """The team a new subscription hears: the one named (one of ``user``'s), else its
+    workflow's, else the person's only team; with several, they have to say which."""
+    mine = teams_where(user, MANAGE)
+    teams = Team.objects.all() if mine is None else Team.objects.filter(pk__in=mine)
+    if workflow_id is not None and team_id is None:
+        team_id = Workflow.objects.values_list("team_id", flat=True).get(pk=workflow_id)
+    if team_id is not None:
+        if not teams.filter(pk=team_id).exists():
+            raise WebhookError(
+                "you may not make subscriptions for that team",
+                {"team": ["Choose one of your teams."]},
+            )
+        return team_id
+    found = list(teams.order_by("name")[:2])
+    if len(found) == 1:
+        return found[0].pk
+    if not found:
+        if mine is None:  # no team set up yet: everything is the default team's
+            return default_team_id()
+        raise WebhookError("you hold no team to make a subscription for")
+    names = ", ".join(teams.order_by("name").values_list("name", flat=True)[:20])
+    raise WebhookError(
+        "say which team the subscription is for",
+        {"team": [f"Choose the team whose events it hears: {names}."]},
+    )
+
+
 def subscription_create(
-    *, user: User, name: str, url: str, events: list[str], workflow_id: int | None
+    *,
+    user: User,
+    name: str,
+    url: str,
+    events: list[str],
+    workflow_id: int | None,
+    team_id: int | None = None,
 ) -> tuple[Subscription, str]:
-    """Make a subscription and return it with its secret, which is shown this once.
+    """Make a subscription and return it with its secret, which is shown this once. It hears
+    only its team's events (``_team_for``: the team named, the workflow's, or the person's only
+    one); a workflow named must be of that team.
 
     Not idempotent: each call makes a new subscription with a new secret.
     """
     name, url, events = _check(name=name, url=url, events=events)
+    team_id = _team_for(user=user, team_id=team_id, workflow_id=workflow_id)
+    _workflow_in_team(workflow_id, team_id)
     with transaction.atomic():
         subscription, secret = _with_new_secret(
-            name=name, url=url, events=events, workflow_id=workflow_id, created_by=user
+            name=name,
+            url=url,
+            events=events,
+            workflow_id=workflow_id,
+            team_id=team_id,
+            created_by=user,
         )
         audit_record(
             action="webhook.subscription_created",
@@ -147,6 +195,17 @@ def subscription_create(
             after=_facts(subscription),
         )
     return subscription, secret
+
+
+def _workflow_in_team(workflow_id: int | None, team_id: int) -> None:
+    if (
+        workflow_id is not None
+        and not Workflow.objects.filter(pk=workflow_id, team_id=team_id).exists()
+    ):
+        raise WebhookError(
+            "the workflow is another team's",
+            {"workflow": ["Choose a workflow of the subscription's team."]},
+        )
 
 
 def _with_new_secret(**fields: Any) -> tuple[Subscription, str]:
@@ -209,6 +268,7 @@ def callback_subscribe(*, run: Run, url: str, user: User) -> str:
         url=url.strip(),
         run=run,
         workflow_id=run.workflow_id,
+        team_id=run.team_id,
         events=CALLBACK_EVENTS,
         created_by=user,
     )
@@ -260,6 +320,7 @@ def subscription_update(
     name, url, events = _check(name=name, url=url, events=events)
     with transaction.atomic():
         subscription = _lock(subscription_id)
+        _workflow_in_team(workflow_id, subscription.team_id)
         before = _facts(subscription)
         subscription.name, subscription.url, subscription.events = name, url, events
         subscription.workflow_id = workflow_id
@@ -348,7 +409,8 @@ def subscription_rotate_secret(*, subscription_id: int, user: User) -> str:
 def outbox_record(
     *, event: str, run: Run | None = None, approval: ApprovalRequest | None = None
 ) -> list[Message]:
-    """Write one message per active subscription that wants ``event`` for this workflow.
+    """Write one message per active subscription that wants ``event`` for this workflow, of
+    the run's team: a subscriber never hears of another team's runs.
 
     Precondition: inside the transaction of the change being announced (so the outbox row
     commits with it). Delivery is queued on commit. Not idempotent: each call is one event.
@@ -360,7 +422,7 @@ def outbox_record(
         raise ValueError("an event is about a run or an approval")
     subscriptions = [
         s
-        for s in Subscription.objects.filter(active=True).filter(
+        for s in Subscription.objects.filter(active=True, team_id=subject_run.team_id).filter(
             Q(run__isnull=True, workflow__isnull=True)
             | Q(run__isnull=True, workflow_id=subject_run.workflow_id)
             | Q(run_id=subject_run.pk)

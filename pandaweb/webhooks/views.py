@@ -30,13 +30,15 @@ def _add_errors(form: SubscriptionForm, exc: services.WebhookError) -> None:
 @require_GET
 @capability_required(ADMIN)
 def subscription_index(request: AuthenticatedRequest) -> HttpResponse:
-    return render(request, "webhooks/index.html", {"subscriptions": selectors.subscriptions()})
+    return render(
+        request, "webhooks/index.html", {"subscriptions": selectors.subscriptions(request.user)}
+    )
 
 
 @require_http_methods(["GET", "POST"])
 @capability_required(ADMIN)
 def subscription_create(request: AuthenticatedRequest) -> HttpResponse:
-    form = SubscriptionForm(request.POST or None)
+    form = SubscriptionForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -46,6 +48,7 @@ def subscription_create(request: AuthenticatedRequest) -> HttpResponse:
                 url=data["url"],
                 events=data["events"],
                 workflow_id=data["workflow"].pk if data["workflow"] else None,
+                team_id=data["team"].pk if data["team"] else None,
             )
         except services.WebhookError as exc:
             _add_errors(form, exc)
@@ -60,14 +63,16 @@ def subscription_create(request: AuthenticatedRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @capability_required(ADMIN)
 def subscription_detail(request: AuthenticatedRequest, subscription_id: int) -> HttpResponse:
-    subscription = selectors.subscription_get(subscription_id)
+    subscription = selectors.subscription_get(subscription_id, user=request.user)
     initial = {
         "name": subscription.name,
         "url": subscription.url,
         "workflow": subscription.workflow_id,
         "events": subscription.events,
     }
-    form = SubscriptionForm(request.POST or None, initial=initial)
+    form = SubscriptionForm(
+        request.POST or None, initial=initial, user=request.user, fixed_team=True
+    )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -84,7 +89,7 @@ def subscription_detail(request: AuthenticatedRequest, subscription_id: int) -> 
         else:
             messages.success(request, "Subscription saved.")
             return redirect("webhooks:detail", subscription_id=subscription.pk)
-    recent = selectors.messages(subscription_id=subscription.pk)[:20]
+    recent = selectors.messages(user=request.user, subscription_id=subscription.pk)[:20]
     context = {"subscription": subscription, "form": form, "recent": recent}
     return render(request, "webhooks/detail.html", context)
 
@@ -92,7 +97,7 @@ def subscription_detail(request: AuthenticatedRequest, subscription_id: int) -> 
 @require_POST
 @capability_required(ADMIN)
 def subscription_active(request: AuthenticatedRequest, subscription_id: int) -> HttpResponse:
-    subscription = selectors.subscription_get(subscription_id)
+    subscription = selectors.subscription_get(subscription_id, user=request.user)
     active = request.POST.get("active") == "1"
     services.subscription_set_active(
         subscription_id=subscription.pk, user=request.user, active=active
@@ -106,7 +111,7 @@ def subscription_active(request: AuthenticatedRequest, subscription_id: int) -> 
 @require_POST
 @capability_required(ADMIN)
 def subscription_secret(request: AuthenticatedRequest, subscription_id: int) -> HttpResponse:
-    subscription = selectors.subscription_get(subscription_id)
+    subscription = selectors.subscription_get(subscription_id, user=request.user)
     secret = services.subscription_rotate_secret(subscription_id=subscription.pk, user=request.user)
     context = {"subscription": subscription, "secret": secret, "rotated": True}
     return render(request, "webhooks/secret.html", context)
@@ -120,14 +125,16 @@ def delivery_index(request: AuthenticatedRequest) -> HttpResponse:
     except ValueError:
         subscription_id = 0
     status = request.GET.get("status", "")
-    found = selectors.messages(subscription_id=subscription_id or None, status=status)
+    found = selectors.messages(
+        user=request.user, subscription_id=subscription_id or None, status=status
+    )
     page = Paginator(found, 50).get_page(request.GET.get("page"))
     context = {
         "page": page,
         "status": status,
         "statuses": Message.Status.choices,
         "subscription_id": subscription_id,
-        "subscriptions": selectors.subscriptions(),
+        "subscriptions": selectors.subscriptions(request.user),
     }
     return render(request, "webhooks/deliveries.html", context)
 
@@ -135,7 +142,7 @@ def delivery_index(request: AuthenticatedRequest) -> HttpResponse:
 @require_GET
 @capability_required(ADMIN)
 def delivery_detail(request: AuthenticatedRequest, message_id: int) -> HttpResponse:
-    message = selectors.message_get(message_id)
+    message = selectors.message_get(message_id, user=request.user)
     context = {
         "message": message,
         "attempts": message.delivery_attempts.all(),
@@ -147,7 +154,7 @@ def delivery_detail(request: AuthenticatedRequest, message_id: int) -> HttpRespo
 @require_POST
 @capability_required(ADMIN)
 def delivery_redeliver(request: AuthenticatedRequest, message_id: int) -> HttpResponse:
-    message = selectors.message_get(message_id)
+    message = selectors.message_get(message_id, user=request.user)
     services.message_redeliver(message_id=message.pk, user=request.user)
     messages.success(request, "Sending it again now; the attempt appears below in a moment.")
     return redirect("webhooks:delivery", message_id=message.pk)
