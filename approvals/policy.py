@@ -31,12 +31,14 @@ def _in_groups(groups: list[str], team_id: int) -> Q:
 
 
 def approval_audience(approval: ApprovalRequest, *, groups: list[str]) -> QuerySet[User]:
-    """The active people of ``groups`` who belong to the run's team (they may watch its runs):
-    whom to tell of ``approval``. Nobody of another team hears of it; whether each may decide
-    is the refusal's answer below."""
+    """The active people of ``groups`` who belong to the run's team (they may decide its
+    approvals or watch its runs): whom to tell of ``approval``. Nobody of another team hears of
+    it; whether each may decide is the refusal's answer below."""
     team_id = approval.run.team_id
     in_groups = User.objects.filter(_in_groups(groups, team_id)).values("pk")
-    return people_with(Capability.VIEW_RUNS, team_id=team_id).filter(pk__in=in_groups)
+    deciders = people_with(Capability.DECIDE_APPROVALS, team_id=team_id).values("pk")
+    watchers = people_with(Capability.VIEW_RUNS, team_id=team_id).values("pk")
+    return User.objects.filter(pk__in=in_groups).filter(Q(pk__in=deciders) | Q(pk__in=watchers))
 
 
 def approval_refusal(user: User, approval: ApprovalRequest) -> str | None:
