@@ -18,7 +18,7 @@ def _deciding_groups(approval: ApprovalRequest) -> list[str]:
     return deciders
 
 
-def _in_groups(groups: list[str], team_id: int) -> Q:
+def _in_groups(groups: list[str], team_id: int | None) -> Q:
     """Membership of ``groups`` as a condition on people: a Django group of that name, or for
     the Reviewers role a Reviewers membership in the run's team ``team_id``. A custom reviewer
     group stays a Django group; the team rule comes on top of it (``people_with``)."""

@@ -78,7 +78,7 @@ def in_teams(
     return objects if teams is None else objects.filter(**{f"{via}__in": teams})
 
 
-def people_with(capability: Capability, *, team_id: int) -> QuerySet[User]:
+def people_with(capability: Capability, *, team_id: int | None) -> QuerySet[User]:
     """The active people who hold ``capability`` in the team ``team_id``: ``teams_where``'s rule
     as one query (whom to tell of a run's approval, whose verdicts count toward its quorum)."""
     granted = {
@@ -92,7 +92,7 @@ def people_with(capability: Capability, *, team_id: int) -> QuerySet[User]:
         **{f"user_permissions__{k}": v for k, v in granted.items()}
     ).values("pk")
     members = Membership.objects.filter(
-        team_id=team_id, role__in=_ROLES_GRANTING[capability]
+        Q(team_id=team_id), role__in=_ROLES_GRANTING[capability]
     ).values("user_id")
     return User.objects.filter(is_active=True).filter(
         Q(is_superuser=True) | Q(pk__in=through_groups) | Q(pk__in=through_user) | Q(pk__in=members)

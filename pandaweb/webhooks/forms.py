@@ -36,8 +36,11 @@ class SubscriptionForm(forms.Form):
     def __init__(self, *args: Any, user: Any, fixed_team: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Only the person's teams and their workflows are offered (the service checks again).
-        self.fields["team"].queryset = in_teams(Team.objects.all(), user, MANAGE, via="pk")
-        self.fields["workflow"].queryset = in_teams(
+        team, workflow = self.fields["team"], self.fields["workflow"]
+        assert isinstance(team, forms.ModelChoiceField)
+        assert isinstance(workflow, forms.ModelChoiceField)
+        team.queryset = in_teams(Team.objects.all(), user, MANAGE, via="pk")
+        workflow.queryset = in_teams(
             Workflow.objects.filter(archived=False), user, MANAGE
         ).order_by("name")
         if fixed_team:

@@ -197,10 +197,10 @@ def subscription_create(
     return subscription, secret
 
 
-def _workflow_in_team(workflow_id: int | None, team_id: int) -> None:
+def _workflow_in_team(workflow_id: int | None, team_id: int | None) -> None:
     if (
         workflow_id is not None
-        and not Workflow.objects.filter(pk=workflow_id, team_id=team_id).exists()
+        and not Workflow.objects.filter(Q(team_id=team_id), pk=workflow_id).exists()
     ):
         raise WebhookError(
             "the workflow is another team's",
@@ -422,7 +422,7 @@ def outbox_record(
         raise ValueError("an event is about a run or an approval")
     subscriptions = [
         s
-        for s in Subscription.objects.filter(active=True, team_id=subject_run.team_id).filter(
+        for s in Subscription.objects.filter(Q(team_id=subject_run.team_id), active=True).filter(
             Q(run__isnull=True, workflow__isnull=True)
             | Q(run__isnull=True, workflow_id=subject_run.workflow_id)
             | Q(run_id=subject_run.pk)
