@@ -13,6 +13,8 @@ from pandaweb.asgi import application
 from pandaweb.core.models import Team
 from pandaweb.core.roles import Role
 from sessions import console, console_services
+from sessions.events import RUNS_GROUP, RunChanged
+from sessions.layer import layer_send
 from sessions.models import Run
 from sessions.services import RunError
 from tests.factories import member_of, team_make, user_with_role, waiting_run
@@ -129,3 +131,24 @@ async def test_run_sockets_refuse_another_teams_run() -> None:
         ("admin", ""): True,
         ("admin", "live/"): True,
     }
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_runs_list_socket_sends_no_row_of_another_teams_run() -> None:
+    def arrange() -> tuple[Run, Run, User]:
+        payables, procurement = team_make("payables"), team_make("procurement")
+        return in_team(payables), in_team(procurement), member_of(payables, Role.OPERATORS)
+
+    ours, theirs, person = await database_sync_to_async(arrange)()
+    communicator = socket("/ws/runs/", await cookie_for(person))
+    connected, _ = await communicator.connect(timeout=10)
+    assert connected
+
+    for run in (theirs, ours):
+        changed: RunChanged = {"type": "runs.changed", "run_id": run.pk}
+        await layer_send(RUNS_GROUP, dict(changed))
+    row = await communicator.receive_from(timeout=10)
+    assert await communicator.receive_nothing(timeout=0.3)
+    await communicator.disconnect()
+
+    assert f'id="run-{ours.pk}"' in row
