@@ -67,6 +67,8 @@ from pandaweb.audit.bundles import run_bundle_to_file
 from pandaweb.audit.export import ExportError
 from pandaweb.audit.exports import AuditExportError, audit_export_to_file
 from pandaweb.audit.services import audit_verify_database
+from pandaweb.core.permissions import in_teams
+from pandaweb.core.roles import Capability
 from pandaweb.core.security import with_docs_policy
 from pandaweb.webhooks.services import (
     CallbackMismatch,
@@ -466,7 +468,9 @@ def launch(
     Idempotency-Key and body. With a ``callback_url``, the answer carries the secret that signs
     the run's callbacks."""
     context = _auth(request, Scope.RUNS_LAUNCH)
-    workflow = Workflow.objects.filter(slug=payload.workflow).only("pk").first()
+    # Another team's workflow is named as a missing one is: its slug tells the caller nothing.
+    visible = in_teams(Workflow.objects.all(), context.user, Capability.VIEW_WORKFLOWS)
+    workflow = visible.filter(slug=payload.workflow).only("pk").first()
     if workflow is None:
         raise Problem(
             422,

@@ -363,7 +363,13 @@ def check(client: Client, token: str, endpoint: Endpoint, world: World) -> str:
         if status != absent_status or status < 400:
             return f"B's object answered {status}; a missing one answers {absent_status}"
         return ""
-    shown = [marker for marker in world.markers if re.search(re.escape(marker), text)]
+    # A search box shows what was searched for: that is the asker's own text, not B's.
+    path = endpoint.path.format(**world.ids)
+    shown = [
+        marker
+        for marker in world.markers
+        if marker not in path and re.search(re.escape(marker), text)
+    ]
     return f"answered {status} showing {shown}" if shown else ""
 
 
