@@ -6,13 +6,23 @@ any event therefore changes a hash that every later event depends on. The chain 
 that events were cut off the *end*: compare the head with one kept elsewhere (``expected_head``,
 ``expected_last_sequence``) for that.
 
+A team's events form a second chain of their own beside the global one, so that one team's trail
+verifies without any other team's events: ``team_prev_hash`` (the ``team_hash`` of the previous
+event *of the same team*, ``GENESIS`` for its first) and ``team_hash`` = sha256(canonical(event
+fields) + team_prev_hash). The global chain is unchanged; events about the installation (people,
+tokens, the system) have no team and are on the global chain only.
+
 This module is deliberately free of Django so that an exported copy of the trail can be verified by
 a small script on a machine that has never seen the application.
 
 Canonical form (what is hashed):
 
-- exactly the fields in ``HASHED_FIELDS`` (everything but ``hash``), as one JSON object with sorted
-  keys, no whitespace, UTF-8 (not ASCII-escaped), NaN and infinities refused;
+- exactly the fields in ``HASHED_FIELDS``, and ``TEAM_FIELDS`` (``team_id``, ``team_prev_hash``)
+  when the event is on a team chain (``team_prev_hash`` not null), as one JSON object with sorted
+  keys, no whitespace, UTF-8 (not ASCII-escaped), NaN and infinities refused. An event without a
+  team, and every event written before team chains existed, therefore hashes exactly as it always
+  did; a team's event has its team and its team link under the global hash too (so the global
+  chain and its checkpoints pin every team chain). ``hash`` and ``team_hash`` are never hashed;
 - datetimes as ISO 8601 in UTC with microseconds and a ``Z`` (``2025-01-31T09:05:00.000000Z``);
   naive datetimes are refused because they name no instant;
 - floats with an integral value as integers (``1.0`` -> ``1``), because a JSON store may give them
@@ -52,6 +62,15 @@ HASHED_FIELDS: tuple[str, ...] = (
     "extra",
     "prev_hash",
 )
+# Hashed when the event is on a team chain (see the canonical form above).
+TEAM_FIELDS: tuple[str, ...] = ("team_id", "team_prev_hash")
+# What verifying reads of each stored event: everything hashed, and both hashes.
+STORED_FIELDS: tuple[str, ...] = (*HASHED_FIELDS, *TEAM_FIELDS, "hash", "team_hash")
+
+
+def on_team_chain(fields: Mapping[str, Any]) -> bool:
+    """Whether the event carries a team link (and so hashes ``TEAM_FIELDS``)."""
+    return fields.get("team_prev_hash") is not None
 
 
 def format_datetime(value: datetime) -> str:
@@ -87,7 +106,8 @@ def _canonical_value(value: Any, path: str) -> Any:
 
 def canonical(fields: Mapping[str, Any]) -> bytes:
     """The bytes that are hashed for one event; raises KeyError when a hashed field is missing."""
-    chosen = {name: _canonical_value(fields[name], name) for name in HASHED_FIELDS}
+    names = (*HASHED_FIELDS, *TEAM_FIELDS) if on_team_chain(fields) else HASHED_FIELDS
+    chosen = {name: _canonical_value(fields[name], name) for name in names}
     return json.dumps(
         chosen, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")
@@ -98,6 +118,12 @@ def event_hash(fields: Mapping[str, Any], prev_hash: str) -> str:
     digest = hashlib.sha256(canonical(fields))
     digest.update(prev_hash.encode("ascii"))
     return digest.hexdigest()
+
+
+def team_event_hash(fields: Mapping[str, Any], team_prev_hash: str) -> str:
+    """sha256 hex of the canonical fields followed by the previous event of the team's
+    ``team_hash``: the link of the team's own chain."""
+    return event_hash(fields, team_prev_hash)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,3 +221,71 @@ def verify(
     if expected_head is not None and prev_hash != expected_head:
         return broken(last_sequence, "head hash differs from the expected head")
     return VerifyResult(ok=True, count=count, last_hash=prev_hash, last_sequence=last_sequence)
+
+
+def verify_team(
+    events: Iterable[Mapping[str, Any]],
+    *,
+    team_id: int,
+    first_team_prev_hash: str | None = GENESIS,
+    expected_head: str | None = None,
+) -> VerifyResult:
+    """Check one team's chain: ``events`` are that team's chained events in sequence order (other
+    teams' events are not needed, and not allowed: each must name ``team_id``).
+
+    Each event's ``hash`` must be the hash of its content and its own ``prev_hash`` (the global
+    links run through other teams' events, which are not here), its ``team_prev_hash`` the
+    previous event's ``team_hash`` (the first: ``first_team_prev_hash``, ``GENESIS`` for a whole
+    team chain; None anchors on whatever the first event says, for a slice), and its
+    ``team_hash`` the hash of its content and ``team_prev_hash``. So an edited, removed, inserted
+    or reordered event of the team shows. ``expected_head``: the ``team_hash`` the chain must end
+    with (a tail cut off otherwise looks like a shorter chain). ``last_hash`` is the team's head.
+    Stops at the first problem, naming its sequence.
+    """
+    count = 0
+    team_prev = first_team_prev_hash
+    last_sequence: int | None = None
+
+    def broken(sequence: int | None, reason: str) -> VerifyResult:
+        return VerifyResult(
+            ok=False,
+            count=count,
+            last_hash=team_prev or GENESIS,
+            last_sequence=last_sequence,
+            first_bad_sequence=sequence,
+            reason=reason,
+        )
+
+    for event in events:
+        sequence = event.get("sequence")
+        if not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 1:
+            return broken(None, f"{sequence!r} is not a sequence number")
+        if last_sequence is not None and sequence <= last_sequence:
+            return broken(sequence, f"sequence {sequence} is out of order (after {last_sequence})")
+        if event.get("team_id") != team_id or not on_team_chain(event):
+            return broken(sequence, f"the event is not on the chain of team {team_id}")
+        stored_team_prev = event.get("team_prev_hash")
+        if team_prev is None:
+            team_prev = stored_team_prev
+        if stored_team_prev != team_prev:
+            return broken(sequence, "team_prev_hash does not match the team's previous event")
+        try:
+            own = event_hash(event, str(event.get("prev_hash")))
+            recomputed = team_event_hash(event, str(team_prev))
+        except KeyError as exc:
+            return broken(sequence, f"field {exc.args[0]!r} is missing")
+        except (TypeError, ValueError) as exc:
+            return broken(sequence, f"unhashable content: {exc}")
+        if event.get("hash") != own:
+            return broken(sequence, "hash does not match the event's content")
+        if event.get("team_hash") != recomputed:
+            return broken(sequence, "team_hash does not match the event's content")
+        count += 1
+        team_prev = recomputed
+        last_sequence = sequence
+
+    if expected_head is not None and (team_prev or GENESIS) != expected_head:
+        return broken(last_sequence, "the team's head hash differs from the expected head")
+    return VerifyResult(
+        ok=True, count=count, last_hash=team_prev or GENESIS, last_sequence=last_sequence
+    )

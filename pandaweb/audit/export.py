@@ -4,22 +4,26 @@ An export is a zip of four files:
 
 ``events.jsonl``
     One event per line, in sequence order: exactly the fields ``chain.event_hash`` covers
-    (``chain.HASHED_FIELDS``, which include ``prev_hash``) plus ``hash``, in the chain's canonical
-    form (sorted keys, no whitespace, UTF-8, datetimes as ``2025-01-31T09:05:00.000000Z``). This is
-    the exact copy: each line re-hashes to its ``hash`` with ``chain.event_hash``.
+    (``chain.HASHED_FIELDS``, which include ``prev_hash``, and for an event on a team chain
+    ``chain.TEAM_FIELDS``) plus ``hash`` (and ``team_hash`` for a team's event), in the chain's
+    canonical form (sorted keys, no whitespace, UTF-8, datetimes as
+    ``2025-01-31T09:05:00.000000Z``). This is the exact copy: each line re-hashes to its
+    ``hash`` with ``chain.event_hash``.
 ``events.csv``
     The same events for a spreadsheet: UTF-8 with a byte order mark (without it Excel reads the
-    file as the local code page), CRLF line ends, the columns of ``COLUMNS``; ``before``,
-    ``after`` and ``extra`` as compact JSON; empty cells for null. A cell starting with ``=``,
-    ``+``, ``-``, ``@``, TAB or CR gets a leading apostrophe, because a spreadsheet would run it as
-    a formula, and the trail holds text that came from web forms and portals. The CSV is
-    therefore a view, not a copy: trust and verify ``events.jsonl``.
+    file as the local code page), CRLF line ends, the columns of ``COLUMNS`` (format 1:
+    ``COLUMNS_1``); ``before``, ``after`` and ``extra`` as compact JSON; empty cells for null. A
+    cell starting with ``=``, ``+``, ``-``, ``@``, TAB or CR gets a leading apostrophe, because a
+    spreadsheet would run it as a formula, and the trail holds text that came from web forms and
+    portals. The CSV is therefore a view, not a copy: trust and verify ``events.jsonl``.
 ``manifest.json``
     ``format`` (``FORMAT``), ``created_at``, ``filter`` (what selected the events), ``count``,
     ``first_sequence``, ``last_sequence``, ``first_prev_hash`` (the chain hash before the first
     event), ``last_hash`` (the hash of the last event), ``contiguous`` (no sequence is skipped
     between the first and the last), ``files`` (``{name: {sha256, bytes}}`` of the two event
-    files) and ``public_key`` (base64 of the raw Ed25519 public key). Nulls for an empty export.
+    files), ``public_key`` (base64 of the raw Ed25519 public key) and ``team`` (null, or for a
+    team's export: its ``id`` and ``slug``, ``chained`` (the events are the team's chain without a
+    gap, see below), ``first_team_prev_hash`` and ``last_team_hash``). Nulls for an empty export.
 ``manifest.sig``
     base64 of the Ed25519 signature over the exact bytes of ``manifest.json``.
 
@@ -30,6 +34,17 @@ the chain (sequence n follows n - 1), the later must link to the earlier's hash.
 skipped events are not in the file to link through: the signed manifest (count, file hashes) is
 what fixes that nothing was removed or added. An export without gaps (``contiguous``) is checked
 as one slice of the chain: every link, anchored on ``first_prev_hash``, ending at ``last_hash``.
+
+A team's export holds that team's events only, so it has gaps in the global chain wherever
+another team or the installation had an event. It is verified on the team's own chain instead
+(``chain.verify_team``): every event must be on the manifest's team's chain, and when the
+manifest says ``chained`` (the export was narrowed by team and dates only) every event links to
+the one before it by ``team_prev_hash``, anchored on ``first_team_prev_hash`` and ending at
+``last_team_hash``, so an edited, removed, added or reordered event of the team shows and another
+team's event cannot be slipped in. A team export narrowed further (by action, actor...) is checked
+event by event, like a filtered export.
+
+Format 1 exports (before teams: no team fields, no team columns in the CSV) are still verified.
 
 Memory: ``write_export`` holds one event at a time. The JSONL goes straight into the zip; the CSV
 goes to a temporary file (a zip is written one member at a time) and is copied in afterwards,
@@ -63,13 +78,15 @@ from pandaweb.audit import chain
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-FORMAT = "pandaweb-audit-export/1"
+FORMAT = "pandaweb-audit-export/2"
+# Format 1: the same without the team fields and columns; still verified.
+FORMAT_1 = "pandaweb-audit-export/1"
 JSONL_NAME = "events.jsonl"
 CSV_NAME = "events.csv"
 MANIFEST_NAME = "manifest.json"
 SIGNATURE_NAME = "manifest.sig"
 
-COLUMNS: tuple[str, ...] = (
+COLUMNS_1: tuple[str, ...] = (
     "sequence",
     "occurred_at",
     "actor_kind",
@@ -89,10 +106,12 @@ COLUMNS: tuple[str, ...] = (
     "prev_hash",
     "hash",
 )
+COLUMNS: tuple[str, ...] = (*COLUMNS_1, "team_id", "team_prev_hash", "team_hash")
 _JSON_COLUMNS = frozenset({"before", "after", "extra"})
 # What spreadsheets read as the start of a formula (OWASP "CSV injection").
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _RECORD_FIELDS = frozenset((*chain.HASHED_FIELDS, "hash"))
+_TEAM_RECORD_FIELDS = _RECORD_FIELDS | {*chain.TEAM_FIELDS, "team_hash"}
 # The chain's canonical JSON form; one encoder for every line and cell rather than one per call.
 _compact_json = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -131,6 +150,17 @@ class Manifest:
     files: Mapping[str, Mapping[str, Any]]
     public_key: str
     sha256: str
+    team: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TeamScope:
+    """Whose export this is, for ``write_export``: the team's id and slug, and whether its events
+    are the team's chain without a gap (narrowed by team and dates only)."""
+
+    id: int
+    slug: str
+    chained: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,12 +219,14 @@ def write_export(
     filter: Mapping[str, Any],
     private_key: Ed25519PrivateKey,
     tmp_dir: str | os.PathLike[str] | None = None,
+    team: TeamScope | None = None,
 ) -> Manifest:
     """Write ``events`` (in sequence order, each with the hashed fields and ``hash``) as a signed
     export zip to ``out``, holding one event at a time.
 
     ``filter`` is recorded in the manifest as given (it must be JSON). The CSV is spooled to a
-    temporary file in ``tmp_dir`` (default: the system's), which needs room for it.
+    temporary file in ``tmp_dir`` (default: the system's), which needs room for it. ``team``: this
+    is that team's export (``events`` are the team's only), verified on its team chain.
 
     The events are exported as they are, not judged: an export of a tampered trail is evidence, and
     ``verify_export`` names where it breaks. Raises ExportError for events out of sequence order or
@@ -202,6 +234,7 @@ def write_export(
     """
     created = datetime.now(UTC)
     span = _Span()
+    team_span = _TeamSpan()
     jsonl_digest = hashlib.sha256()
     jsonl_bytes = 0
     # Checked before the long part: the manifest must be able to hold it.
@@ -225,6 +258,7 @@ def write_export(
                 if not _is_int(sequence) or sequence <= (span.last_sequence or 0):
                     raise ExportError(sequence, f"not after sequence {span.last_sequence}")
                 span.add(record)
+                team_span.add(record)
                 line = _jsonl_line(record)
                 jsonl.write(line)
                 jsonl_digest.update(line)
@@ -257,6 +291,15 @@ def write_export(
                 CSV_NAME: {"sha256": csv_digest.hexdigest(), "bytes": csv_bytes},
             },
             "public_key": public_key,
+            "team": None
+            if team is None
+            else {
+                "id": team.id,
+                "slug": team.slug,
+                "chained": team.chained,
+                "first_team_prev_hash": team_span.first_team_prev_hash,
+                "last_team_hash": team_span.last_team_hash,
+            },
         }
         manifest_bytes = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
         signature = base64.b64encode(private_key.sign(manifest_bytes)) + b"\n"
@@ -274,6 +317,7 @@ def write_export(
         files=document["files"],
         public_key=public_key,
         sha256=hashlib.sha256(manifest_bytes).hexdigest(),
+        team=document["team"],
     )
 
 
@@ -294,6 +338,8 @@ def _record(event: Mapping[str, Any]) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise ExportError(sequence, f"unhashable content: {exc}") from None
     record["hash"] = event.get("hash")
+    if chain.on_team_chain(event):
+        record["team_hash"] = event.get("team_hash")
     return record
 
 
@@ -301,10 +347,10 @@ def _jsonl_line(record: Mapping[str, Any]) -> bytes:
     return _compact_json(record).encode("utf-8") + b"\n"
 
 
-def csv_row(record: Mapping[str, Any]) -> list[str]:
-    """The CSV cells of one events.jsonl record, in ``COLUMNS`` order."""
+def csv_row(record: Mapping[str, Any], columns: tuple[str, ...] = COLUMNS) -> list[str]:
+    """The CSV cells of one events.jsonl record, in ``columns`` order."""
     cells = []
-    for name in COLUMNS:
+    for name in columns:
         value = record.get(name)
         if value is None:
             cell = ""
@@ -341,6 +387,58 @@ class _Span:
         self.count += 1
         self.last_sequence = sequence
         self.last_hash = record["hash"]
+
+
+@dataclass
+class _TeamSpan:
+    """The team chain's ends in a stream of a team's events."""
+
+    first_team_prev_hash: str | None = None
+    last_team_hash: str | None = None
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        if not chain.on_team_chain(record):
+            return
+        if self.last_team_hash is None:
+            self.first_team_prev_hash = record["team_prev_hash"]
+        self.last_team_hash = record.get("team_hash")
+
+
+class _TeamWalk:
+    """Checks a team export's events on the team's chain as they stream past (the module
+    docstring says what), holding only the last one's team hash."""
+
+    def __init__(self, team: Mapping[str, Any]) -> None:
+        self._team_id = team["id"]
+        self._chained = team["chained"]
+        self._first_team_prev_hash = team["first_team_prev_hash"]
+        self._last_team_hash = team["last_team_hash"]
+        self.span = _TeamSpan()
+
+    def step(self, record: Mapping[str, Any]) -> tuple[int | None, str] | None:
+        sequence = record.get("sequence")
+        if self._chained:
+            expected = (
+                self._first_team_prev_hash
+                if self.span.last_team_hash is None
+                else self.span.last_team_hash
+            )
+        else:
+            expected = None  # each event on its own: anchored on its own team_prev_hash
+        alone = chain.verify_team((record,), team_id=self._team_id, first_team_prev_hash=expected)
+        if not alone.ok:
+            return (sequence if _is_int(sequence) else None), alone.reason
+        self.span.add(record)
+        return None
+
+    def end(self) -> tuple[int | None, str] | None:
+        """Whether the team chain's ends are the manifest's (a cut tail otherwise)."""
+        if (self.span.first_team_prev_hash, self.span.last_team_hash) != (
+            self._first_team_prev_hash,
+            self._last_team_hash,
+        ):
+            return None, "the team chain's ends differ from the manifest's team hashes"
+        return None
 
 
 class _Walk:
@@ -442,7 +540,7 @@ def _verify_archive(archive: zipfile.ZipFile, pinned: Ed25519PublicKey | None) -
         manifest = json.loads(manifest_bytes)
     except ValueError:
         return ExportCheck(ok=False, reason="manifest.json is not JSON")
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict) or manifest.get("format") not in (FORMAT, FORMAT_1):
         return ExportCheck(ok=False, reason=f"manifest.json is not a {FORMAT} manifest")
     key_text = manifest.get("public_key")
     try:
@@ -525,6 +623,19 @@ def _manifest_problem(manifest: Mapping[str, Any]) -> str | None:
             return f"{name} is not a hash"
     if not _is_int(manifest.get("count")) or not isinstance(manifest.get("contiguous"), bool):
         return "count or contiguous is missing"
+    team = manifest.get("team")
+    if team is not None and not (
+        manifest.get("format") == FORMAT
+        and isinstance(team, dict)
+        and _is_int(team.get("id"))
+        and isinstance(team.get("slug"), str)
+        and isinstance(team.get("chained"), bool)
+        and all(
+            team.get(name) is None or isinstance(team.get(name), str)
+            for name in ("first_team_prev_hash", "last_team_hash")
+        )
+    ):
+        return "team is not a team's id, slug, chained flag and hashes"
     files = manifest.get("files")
     for name in (JSONL_NAME, CSV_NAME):
         listed = files.get(name) if isinstance(files, dict) else None
@@ -541,11 +652,18 @@ def _check_events(
     lines: Iterable[bytes], csv_text: io.TextIOWrapper, walk: _Walk, manifest: Mapping[str, Any]
 ) -> tuple[int | None, str] | None:
     """Walk events.jsonl line by line, and events.csv row by row beside it."""
+    team = manifest.get("team")
+    team_walk = _TeamWalk(team) if team is not None else None
+    columns, record_fields = (
+        (COLUMNS, (_RECORD_FIELDS, _TEAM_RECORD_FIELDS))
+        if manifest["format"] == FORMAT
+        else (COLUMNS_1, (_RECORD_FIELDS,))
+    )
     try:
         if csv_text.read(1) != "\ufeff":
             return None, "events.csv does not start with a UTF-8 byte order mark"
         rows: Iterator[list[str]] = csv.reader(csv_text)
-        if next(rows, None) != list(COLUMNS):
+        if next(rows, None) != list(columns):
             return None, "events.csv does not have the expected header row"
     except (csv.Error, UnicodeDecodeError) as exc:
         return None, f"events.csv cannot be read: {exc}"
@@ -560,10 +678,13 @@ def _check_events(
             return walk.expected(), f"{where} is not JSON"
         if not isinstance(record, dict):
             return walk.expected(), f"{where} is not a JSON object"
-        if record.keys() != _RECORD_FIELDS:
+        fields = _TEAM_RECORD_FIELDS if chain.on_team_chain(record) else _RECORD_FIELDS
+        if fields not in record_fields or record.keys() != fields:
             odd = sorted(record.keys() ^ _RECORD_FIELDS)
             return walk.expected(), f"{where} has missing or unexpected fields {odd}"
         problem = walk.step(record)
+        if problem is None and team_walk is not None:
+            problem = team_walk.step(record)
         if problem is not None:
             return problem
         sequence = walk.span.last_sequence
@@ -573,15 +694,17 @@ def _check_events(
             return sequence, f"events.csv cannot be read at this event: {exc}"
         if row is None:
             return sequence, "events.csv ends before this event"
-        expected = csv_row(record)
+        expected = csv_row(record, columns)
         if row != expected:
             index = next(
                 index for index, (got, want) in enumerate(zip_longest(row, expected)) if got != want
             )
-            column = COLUMNS[index] if index < len(COLUMNS) else f"column {index + 1}"
+            column = columns[index] if index < len(columns) else f"column {index + 1}"
             return sequence, f"events.csv differs from events.jsonl in {column!r}"
     # A cut JSONL first: it names where the events stop, extra CSV rows only follow from it.
     problem = _check_end(walk, manifest)
+    if problem is None and team_walk is not None:
+        problem = team_walk.end()
     if problem is not None:
         return problem
     try:

@@ -5,12 +5,17 @@ export holds exactly the events the page listed. It reads the table outside any 
 holding one for the whole stream would block every writer of the trail (on SQLite, every writer
 of anything) for as long as a million events take. The range is fixed instead by the head at the
 start, so events appended meanwhile, the export's own event among them, are never in it.
+
+Teams: a person who may export every team's trail (a global role) exports the whole trail or,
+naming a team, one team's; a person with Compliance in some teams only exports one of those
+teams' trails (the one they have, or the one they name). A team's export holds the events on that
+team's chain and is verified on it alone (``export.py``).
 """
 
 from __future__ import annotations
 
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import date
 from pathlib import Path
 from typing import IO, Any
@@ -24,11 +29,12 @@ from django.utils import timezone
 
 from pandaweb.audit import chain, selectors
 from pandaweb.audit.checkpoints import audit_checkpoint_write
-from pandaweb.audit.export import Manifest, fingerprint, write_export
+from pandaweb.audit.export import Manifest, TeamScope, fingerprint, write_export
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.services import audit_record
 from pandaweb.audit.signing import signing_key
-from pandaweb.core.permissions import user_can
+from pandaweb.core.models import Team
+from pandaweb.core.permissions import in_teams, teams_where
 from pandaweb.core.roles import Capability
 from workflows.models import Workflow
 
@@ -38,7 +44,7 @@ CHUNK_SIZE = 2000
 
 # One definition of the filters for the page and the export: date_from / date_to (whole days in
 # the site's time zone, both included), actor (username or label), action (prefix), workflow
-# (slug: the workflow's own events and those of its runs), run_id.
+# (slug: the workflow's own events and those of its runs), run_id, team (slug).
 AuditFilter = selectors.EventFilters
 
 
@@ -46,40 +52,80 @@ class AuditExportError(Exception):
     pass
 
 
-def audit_filtered(filters: AuditFilter) -> QuerySet[AuditEvent]:
-    """The events ``filters`` select, in sequence order."""
-    return selectors.audit_events(filters).order_by("sequence")
+def audit_filtered(
+    filters: AuditFilter, *, teams: frozenset[int] | None = None
+) -> QuerySet[AuditEvent]:
+    """The events ``filters`` select among those of ``teams`` (None: all), in sequence order."""
+    return selectors.audit_events(filters, teams=teams).order_by("sequence")
+
+
+def export_team(user: User, filters: AuditFilter) -> Team | None:
+    """The team whose trail ``user`` exports with ``filters``: the one named, or a team-scoped
+    person's only team; None for the whole trail (a global role naming none).
+
+    PermissionDenied without EXPORT_AUDIT anywhere; AuditExportError for a team that is not there
+    or not theirs (the same words: a slug of another team leaks nothing), and for a person with
+    several teams who named none.
+    """
+    teams = teams_where(user, Capability.EXPORT_AUDIT)
+    if teams is not None and not teams:
+        raise PermissionDenied("exporting the audit trail needs the capability 'export_audit'")
+    if filters.team:
+        team = Team.objects.filter(slug=filters.team).first()
+        if team is None or (teams is not None and team.pk not in teams):
+            raise AuditExportError(f"no team has the slug {filters.team!r}")
+        return team
+    if teams is None:
+        return None
+    if len(teams) == 1:
+        return Team.objects.get(pk=next(iter(teams)))
+    slugs = ", ".join(Team.objects.filter(pk__in=teams).values_list("slug", flat=True))
+    raise AuditExportError(f"name the team whose trail to export (one of {slugs})")
 
 
 def audit_export(*, user: User, filters: AuditFilter, out: IO[bytes]) -> Manifest:
     """Write the events ``filters`` select, up to the current head, as a signed export to ``out``.
 
-    Needs the EXPORT_AUDIT capability (PermissionDenied). Raises AuditExportError for an unknown
-    workflow slug, ``export.ExportError`` when a selected event does not verify and
-    ImproperlyConfigured for a bad signing key; ``out`` then holds nothing usable. Once the zip is
-    complete, records one ``audit.exported`` event in its own short transaction, then writes a
-    signed checkpoint of the head (which includes that event). Not idempotent:
+    Needs the EXPORT_AUDIT capability (PermissionDenied); exports one team's trail when
+    ``export_team`` says so (its rules and errors). Raises AuditExportError for an unknown
+    workflow slug (another team's is unknown too), ``export.ExportError`` when a selected event
+    does not verify and ImproperlyConfigured for a bad signing key; ``out`` then holds nothing
+    usable. Once the zip is complete, records one ``audit.exported`` event in its own short
+    transaction, then writes a signed checkpoint of the head (which includes that event). Not
+    idempotent:
     every call is a new export with its own event.
     """
-    if not user_can(user, Capability.EXPORT_AUDIT):
-        raise PermissionDenied("exporting the audit trail needs the capability 'export_audit'")
-    if filters.workflow and not Workflow.objects.filter(slug=filters.workflow).exists():
+    team = export_team(user, filters)
+    if team is not None:
+        filters = replace(filters, team=team.slug)
+    if (
+        filters.workflow
+        and not in_teams(
+            Workflow.objects.filter(slug=filters.workflow), user, Capability.EXPORT_AUDIT
+        ).exists()
+    ):
         # An empty export of a mistyped slug would look like an answer.
         raise AuditExportError(f"no workflow has the slug {filters.workflow!r}")
     key = signing_key()  # a configuration error shows before the long part
     head = AuditEvent.objects.aggregate(head=Max("sequence"))["head"] or 0
-    rows = (
-        audit_filtered(filters)
-        .filter(sequence__lte=head)
-        .values(*chain.HASHED_FIELDS, "hash")
-        .iterator(chunk_size=CHUNK_SIZE)
-    )
+    events = audit_filtered(filters).filter(sequence__lte=head)
+    scope = None
+    if team is not None:
+        # The team's chain: its events written before team chains existed are on none, and in
+        # the whole trail's export only.
+        events = events.filter(team_prev_hash__isnull=False)
+        # Narrowed by dates at most, the events are the team's chain without a gap (the chain's
+        # times only rise: each is taken under the chain's lock), checked link by link.
+        chained = not (filters.actor or filters.action or filters.workflow or filters.run_id)
+        scope = TeamScope(id=team.pk, slug=team.slug, chained=chained)
+    rows = events.values(*chain.STORED_FIELDS).iterator(chunk_size=CHUNK_SIZE)
     manifest = write_export(
         rows,
         out=out,
         filter=_described(filters, head),
         private_key=key,
         tmp_dir=exports_dir(),
+        team=scope,
     )
     with transaction.atomic():
         audit_record(
@@ -96,6 +142,8 @@ def audit_export(*, user: User, filters: AuditFilter, out: IO[bytes]) -> Manifes
                 "manifest_sha256": manifest.sha256,
                 "signed_by": fingerprint(manifest.public_key),
             },
+            # A team's export is an event of that team's trail: its compliance sees who took it.
+            team_id=team.pk if team is not None else None,
         )
     # The head as of this export, signed and kept outside the database: a later rewrite of
     # anything up to here shows against it (audit_verify --checkpoints).

@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models.functions import Length
 from django.db.models.lookups import Exact
 
-from pandaweb.audit.chain import HASHED_FIELDS
+from pandaweb.audit.chain import HASHED_FIELDS, TEAM_FIELDS
 
 
 class AuditEvent(models.Model):
@@ -56,6 +56,13 @@ class AuditEvent(models.Model):
     extra = models.JSONField(default=dict, blank=True)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
+    # The team's own chain (chain.py), so a team's trail verifies without the other teams'
+    # events: null on events without a team and on those written before team chains existed.
+    # Null, not "": SQLite adds a nullable column without a default in place, where a default or
+    # a constraint (like the global hashes' length checks) would rebuild the table, dropping the
+    # append-only triggers; and null says "on no team chain" without a magic value.
+    team_prev_hash = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    team_hash = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         ordering = ["sequence"]
@@ -114,7 +121,8 @@ class AuditEvent(models.Model):
         return f"#{self.sequence} {self.action} {self.object_type}:{self.object_id}"
 
     def chain_fields(self) -> dict[str, Any]:
-        """The event as ``chain.verify`` reads it: the hashed fields and the hash."""
-        fields = {name: getattr(self, name) for name in HASHED_FIELDS}
+        """The event as ``chain.verify`` reads it: the hashed fields and the hashes."""
+        fields = {name: getattr(self, name) for name in (*HASHED_FIELDS, *TEAM_FIELDS)}
         fields["hash"] = self.hash
+        fields["team_hash"] = self.team_hash
         return fields

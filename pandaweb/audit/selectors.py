@@ -10,19 +10,22 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalRequest
 from pandaweb.audit import chain
 from pandaweb.audit.models import AuditEvent
+from pandaweb.core.models import Team
 from sessions.models import Run, RunEvent, StepResult
 from workflows.models import Workflow
 
 PAGE_SIZE = 50
+
+M = TypeVar("M", bound=Model)
 
 
 @dataclass(frozen=True)
@@ -40,17 +43,39 @@ class EventFilters:
     action: str = ""
     workflow: str = ""  # a workflow slug
     run_id: int | None = None
+    team: str = ""  # a team slug
 
     @property
     def active(self) -> bool:
         return any(
-            (self.date_from, self.date_to, self.actor, self.action, self.workflow, self.run_id)
+            (
+                self.date_from,
+                self.date_to,
+                self.actor,
+                self.action,
+                self.workflow,
+                self.run_id,
+                self.team,
+            )
         )
 
 
-def audit_events(filters: EventFilters) -> QuerySet[AuditEvent]:
-    """Events matching ``filters``, newest first."""
+def audit_events(
+    filters: EventFilters, *, teams: frozenset[int] | None = None
+) -> QuerySet[AuditEvent]:
+    """Events matching ``filters`` among those of ``teams``, newest first.
+
+    ``teams``: what the reader may see (``teams_where``); None is every event, the installation's
+    own (people, tokens, the system: no team) among them, which only a global role sees.
+    """
     events = AuditEvent.objects.select_related("actor").order_by("-sequence")
+    if teams is not None:
+        events = events.filter(team_id__in=teams)
+    if filters.team:
+        team_id = Team.objects.filter(slug=filters.team).values_list("pk", flat=True).first()
+        if team_id is None:
+            return events.none()
+        events = events.filter(team_id=team_id)
     if filters.date_from is not None:
         events = events.filter(occurred_at__gte=_day_start(filters.date_from))
     if filters.date_to is not None:
@@ -65,7 +90,9 @@ def audit_events(filters: EventFilters) -> QuerySet[AuditEvent]:
         events = events.filter(run_id=filters.run_id)
     if filters.workflow:
         workflow_id = (
-            Workflow.objects.filter(slug=filters.workflow).values_list("pk", flat=True).first()
+            _in(Workflow.objects.filter(slug=filters.workflow), teams)
+            .values_list("pk", flat=True)
+            .first()
         )
         if workflow_id is None:
             return events.none()
@@ -75,6 +102,10 @@ def audit_events(filters: EventFilters) -> QuerySet[AuditEvent]:
             | Q(run_id__in=Run.objects.filter(workflow_id=workflow_id).values("pk"))
         )
     return events
+
+
+def _in(objects: QuerySet[M], teams: frozenset[int] | None, via: str = "team") -> QuerySet[M]:
+    return objects if teams is None else objects.filter(**{f"{via}__in": teams})
 
 
 def _day_start(day: date) -> datetime:
@@ -132,8 +163,12 @@ def known_actions() -> list[str]:
     return families + actions
 
 
-def workflow_choices() -> QuerySet[Workflow]:
-    return Workflow.objects.only("name", "slug").order_by("name")
+def workflow_choices(teams: frozenset[int] | None = None) -> QuerySet[Workflow]:
+    return _in(Workflow.objects.only("name", "slug").order_by("name"), teams)
+
+
+def team_choices(teams: frozenset[int] | None = None) -> QuerySet[Team]:
+    return _in(Team.objects.only("name", "slug").order_by("name"), teams, via="pk")
 
 
 def chain_head() -> AuditEvent | None:
@@ -190,9 +225,11 @@ class RunTimeline:
     run_events: list[RunEvent] = field(default_factory=list)
 
 
-def run_get(run_id: int) -> Run:
+def run_get(run_id: int, *, teams: frozenset[int] | None = None) -> Run:
+    """The run, if it is in ``teams`` (None: any); another team's run is "no such run" (404)."""
+    runs = _in(Run.objects.select_related("workflow", "version", "launched_by"), teams)
     try:
-        return Run.objects.select_related("workflow", "version", "launched_by").get(pk=run_id)
+        return runs.get(pk=run_id)
     except Run.DoesNotExist:
         raise Http404("no such run") from None
 

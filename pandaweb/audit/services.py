@@ -11,7 +11,9 @@ Concurrency: every event links to the one before it, so two writers must never r
   already holds the database's single write lock, and nobody else can append until commit.
 
 Either way the unique constraint on ``sequence`` is the last line: a fork cannot be stored. The lock
-is held until the caller's transaction ends, so record the event late in short transactions.
+is held until the caller's transaction ends, so record the event late in short transactions. The
+same lock guards every team's chain head (``team_prev_hash`` / ``team_hash``, see ``chain.py``):
+one lock, one order, and an event joins both chains at once.
 
 Values in ``before`` / ``after`` / ``extra``: secrets are redacted (``redaction.redact``), then the
 result is made plain JSON *before* hashing, so what is hashed is what is stored and read back:
@@ -37,6 +39,7 @@ from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.ipv6 import clean_ipv6_address
@@ -45,6 +48,7 @@ from pandaweb.audit import chain
 from pandaweb.audit.context import current_request
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.redaction import redact
+from sessions.models import Run
 
 # The key of the PostgreSQL advisory lock that guards the chain head (ASCII "pandaaud"). Any
 # constant works as long as nothing else in the database uses it.
@@ -74,6 +78,11 @@ def audit_record(
     Precondition: called inside the caller's ``transaction.atomic()`` (RuntimeError otherwise), so
     the event commits or rolls back with the change it records, and a rollback leaves no gap.
     ``actor_kind`` defaults to USER when ``actor`` is given, SYSTEM otherwise.
+    ``team_id``: the team whose workflow, run, credential or subscription the event is about (the
+    event then joins that team's chain too); none for the installation's own matters (people,
+    tokens, the system). Callers pass it from the object in hand; a run's event that does not is
+    given its run's team (one query), because an event of a run missing from its team's trail would
+    be missing from that team's export, which no test of the caller would notice.
     Not idempotent: each call appends a new event.
     """
     if not transaction.get_connection().in_atomic_block:
@@ -85,6 +94,8 @@ def audit_record(
         actor_kind = AuditEvent.ActorKind.USER if actor is not None else AuditEvent.ActorKind.SYSTEM
     if actor_kind == AuditEvent.ActorKind.USER and actor is None:
         raise ValueError("a user event needs the user (actor)")
+    if team_id is None and run_id is not None:
+        team_id = _run_team_id(run_id)
     object_id = str(object_id)
     for name, text in (("action", action), ("object_type", object_type), ("object_id", object_id)):
         if not text or len(text) > _MAX_CHARS:
@@ -116,6 +127,16 @@ def audit_record(
     fields["occurred_at"] = timezone.now()
     fields["sequence"] = sequence
     fields["prev_hash"] = prev_hash
+    if team_id is not None:
+        # Under the same lock: no other writer can append to this team's chain meanwhile. The
+        # team link is set before the global hash, which covers it (chain.canonical).
+        fields["team_prev_hash"] = (
+            AuditEvent.objects.filter(team_id=team_id, team_hash__isnull=False)
+            .order_by("-sequence")
+            .values_list("team_hash", flat=True)
+            .first()
+        ) or chain.GENESIS
+        fields["team_hash"] = chain.team_event_hash(fields, fields["team_prev_hash"])
     fields["hash"] = chain.event_hash(fields, prev_hash)
     return AuditEvent.objects.create(**fields)
 
@@ -129,10 +150,30 @@ def audit_verify_database(*, batch_size: int = 5000) -> chain.VerifyResult:
     """
     rows = (
         AuditEvent.objects.order_by("sequence")
-        .values(*chain.HASHED_FIELDS, "hash")
+        .values(*chain.STORED_FIELDS)
         .iterator(chunk_size=batch_size)
     )
     return chain.verify(rows, start_sequence=1)
+
+
+def audit_verify_team(*, team_id: int, batch_size: int = 5000) -> chain.VerifyResult:
+    """Verify one team's chain in the database on its own (``chain.verify_team``), from its
+    genesis: an edited, removed or reordered event of the team shows without reading any other
+    team's events. Events of the team written before team chains existed are on no team chain and
+    are checked by ``audit_verify_database`` only. Read-only and idempotent."""
+    rows = team_trail(team_id).values(*chain.STORED_FIELDS).iterator(chunk_size=batch_size)
+    return chain.verify_team(rows, team_id=team_id)
+
+
+def team_trail(team_id: int) -> QuerySet[AuditEvent]:
+    """The events on team ``team_id``'s chain, in sequence order (index ``audit_team_trail``)."""
+    return AuditEvent.objects.filter(team_id=team_id, team_prev_hash__isnull=False).order_by(
+        "sequence"
+    )
+
+
+def _run_team_id(run_id: int) -> int | None:
+    return Run.objects.filter(pk=run_id).values_list("team_id", flat=True).first()
 
 
 def _with_token(extra: Mapping[str, Any] | None, request: HttpRequest | None) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def rewrite_from(sequence: int, **change: str) -> None:
         AuditEvent.objects.filter(sequence=sequence).update(**change)
         prev = AuditEvent.objects.get(sequence=sequence - 1).hash
         for event in AuditEvent.objects.filter(sequence__gte=sequence).order_by("sequence"):
-            fields = {name: getattr(event, name) for name in chain.HASHED_FIELDS}
+            fields = event.chain_fields()
             fields["prev_hash"] = prev
             new_hash = chain.event_hash(fields, prev)
             AuditEvent.objects.filter(pk=event.pk).update(prev_hash=prev, hash=new_hash)

@@ -169,7 +169,7 @@ def test_an_export_round_trips_and_its_manifest_describes_it(
     files = members(path)
     assert sorted(files) == ["events.csv", "events.jsonl", "manifest.json", "manifest.sig"]
     document = json.loads(files["manifest.json"])
-    assert document["format"] == "pandaweb-audit-export/1"
+    assert document["format"] == "pandaweb-audit-export/2"
     assert document["filter"] == {"action": "run."}
     assert (document["count"], document["first_sequence"], document["last_sequence"]) == (12, 1, 12)
     assert document["first_prev_hash"] == GENESIS

@@ -35,6 +35,13 @@ class Command(BaseCommand):
         parser.add_argument("--actor", default="", help="username (or 'runner', 'system')")
         parser.add_argument("--workflow", default="", help="workflow slug")
         parser.add_argument("--run", dest="run_id", type=int, help="run id")
+        parser.add_argument(
+            "--team",
+            default="",
+            metavar="SLUG",
+            help="export this team's trail, verifiable on its own (someone with Compliance in "
+            "some teams only exports one of theirs, by default their only one)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         out = Path(options["out"])  # call_command passes options as they are given
@@ -54,6 +61,7 @@ class Command(BaseCommand):
             action=options["action"],
             workflow=options["workflow"],
             run_id=options["run_id"],
+            team=options["team"],
         )
         # Written beside the target and renamed once complete: a failed export leaves no zip
         # that looks like one.
@@ -77,8 +85,9 @@ class Command(BaseCommand):
             if manifest.count
             else "no events"
         )
+        whose = f" of team {manifest.team['slug']}" if manifest.team else ""
         self.stdout.write(
-            f"exported {manifest.count} events ({span}) to {out}; "
+            f"exported {manifest.count} events{whose} ({span}) to {out}; "
             f"manifest sha256 {manifest.sha256}, signed by key {fingerprint(manifest.public_key)}"
         )
 

@@ -10,7 +10,8 @@ from pandaweb.audit.chain import VerifyResult
 from pandaweb.audit.checkpoints import audit_verify_checkpoints, pinned_fingerprint
 from pandaweb.audit.export import UnreadableExport, fingerprint, verify_export
 from pandaweb.audit.models import AuditEvent
-from pandaweb.audit.services import audit_verify_database
+from pandaweb.audit.services import audit_verify_database, audit_verify_team
+from pandaweb.core.models import Team
 
 
 class Command(BaseCommand):
@@ -18,10 +19,16 @@ class Command(BaseCommand):
         "Verify the audit trail's hash chain in the database, or with --export an export zip "
         "offline (signature by the pinned key, file hashes, its own chain); with --checkpoints, "
         "against the signed checkpoints of its head. Exit 1 if it is broken (naming the "
-        "first bad sequence number), 2 if the export cannot be read."
+        "first bad sequence number), 2 if the export cannot be read. With --team, one team's "
+        "own chain in the database (a team's export is checked on its team chain by --export)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--team",
+            metavar="SLUG",
+            help="verify only this team's chain in the database, without the other teams' events",
+        )
         parser.add_argument(
             "--batch-size",
             type=int,
@@ -58,6 +65,14 @@ class Command(BaseCommand):
             return
         if options["public_key"]:
             raise CommandError("--public-key needs --export")
+        if options["team"]:
+            if options["since_export"] or options["checkpoints"]:
+                # Both hold heads of the whole chain, which a team's chain cannot be held to.
+                raise CommandError(
+                    "--team checks one team's chain: not with --since-export or --checkpoints"
+                )
+            self._verify_team(options["team"], options["batch_size"])
+            return
         result = audit_verify_database(batch_size=options["batch_size"])
         if result.ok and options["since_export"]:
             result = self._reaches(result, options["since_export"])
@@ -78,6 +93,23 @@ class Command(BaseCommand):
         )
         # A plain exit status, not CommandError: scripts and monitoring read the code, and the
         # message above is already the whole story.
+        raise SystemExit(1)
+
+    def _verify_team(self, slug: str, batch_size: int) -> None:
+        team_id = Team.objects.filter(slug=slug).values_list("pk", flat=True).first()
+        if team_id is None:
+            raise CommandError(f"no team has the slug {slug!r}")
+        result = audit_verify_team(team_id=team_id, batch_size=batch_size)
+        if result.ok:
+            self.stdout.write(
+                f"audit chain of team {slug} OK: {result.count} events, "
+                f"team head {result.last_hash}"
+            )
+            return
+        self.stderr.write(
+            f"audit chain of team {slug} BROKEN at sequence {result.first_bad_sequence}: "
+            f"{result.reason}"
+        )
         raise SystemExit(1)
 
     def _verify_export(self, path: str, public_key: str | None) -> None:
@@ -112,8 +144,14 @@ class Command(BaseCommand):
             else "no events"
         )
         pinned = "the expected key" if public_key else "the pinned key"
+        team = manifest.get("team")
+        whose = (
+            f" of team {team['slug']}, its chain checked alone (team head {team['last_team_hash']})"
+            if team
+            else ""
+        )
         self.stdout.write(
-            f"audit export OK: {check.count} events ({span}), head {manifest['last_hash']}, "
+            f"audit export OK: {check.count} events{whose} ({span}), head {manifest['last_hash']}, "
             f"signed by key {fingerprint(manifest['public_key'])} ({pinned})"
         )
 
