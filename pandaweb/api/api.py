@@ -65,8 +65,8 @@ from pandaweb.api.workflow_api import router as workflow_management
 from pandaweb.audit import selectors as audit_selectors
 from pandaweb.audit.bundles import run_bundle_to_file
 from pandaweb.audit.export import ExportError
-from pandaweb.audit.exports import AuditExportError, audit_export_to_file
-from pandaweb.audit.services import audit_verify_database
+from pandaweb.audit.exports import AuditExportError, audit_export_to_file, export_team
+from pandaweb.audit.services import audit_verify_database, audit_verify_team
 from pandaweb.core.permissions import in_teams
 from pandaweb.core.roles import Capability
 from pandaweb.core.security import with_docs_policy
@@ -766,8 +766,11 @@ def audit_export(
     action: str = "",
     workflow: str = "",
     run_id: int | None = None,
+    team: str = "",
 ) -> FileResponse:
-    """A signed export (zip) of the events the filters select; dates are whole days."""
+    """A signed export (zip) of the events the filters select; dates are whole days. With
+    ``team`` (a slug), that team's trail, verifiable on its own; a token whose owner has
+    Compliance in some teams only exports one of those (their only one by default)."""
     context = _auth(request, Scope.AUDIT_READ)
     filters = audit_selectors.EventFilters(
         date_from=date_from,
@@ -776,27 +779,37 @@ def audit_export(
         action=action,
         workflow=workflow,
         run_id=run_id,
+        team=team,
     )
     try:
         path = audit_export_to_file(user=context.user, filters=filters)
     except AuditExportError as exc:
-        raise Problem(422, str(exc), errors=[{"field": "workflow", "message": str(exc)}]) from None
+        raise Problem(422, str(exc), errors=[{"field": exc.field, "message": str(exc)}]) from None
     except ExportError as exc:
         raise Problem(409, f"the trail does not verify: {exc}", type="chain-broken") from None
     return _serve(path, filename="pandaweb-audit-export.zip", delete=True)
 
 
 @audit.get("/verify", response=VerifyOut, url_name="audit_verify")
-def audit_verify(request: HttpRequest) -> VerifyOut:
-    """Verify the whole hash chain in the database."""
-    _auth(request, Scope.AUDIT_READ)
-    result = audit_verify_database()
+def audit_verify(request: HttpRequest, team: str = "") -> VerifyOut:
+    """Verify the whole hash chain in the database, or with ``team`` (a slug) that team's chain
+    alone; a token whose owner has Compliance in some teams only verifies one of those."""
+    context = _auth(request, Scope.AUDIT_READ)
+    try:
+        chosen = export_team(context.user, audit_selectors.EventFilters(team=team))
+    except AuditExportError as exc:
+        raise Problem(422, str(exc), errors=[{"field": exc.field, "message": str(exc)}]) from None
+    if chosen is None:
+        result = audit_verify_database()
+    else:
+        result = audit_verify_team(team_id=chosen.pk)
     return VerifyOut(
         ok=result.ok,
         count=result.count,
         last_sequence=result.last_sequence,
         last_hash=result.last_hash,
         problem=result.reason or None,
+        team=chosen.slug if chosen is not None else None,
     )
 
 

@@ -182,6 +182,8 @@ class VerifyOut(Schema):
     last_sequence: int | None
     last_hash: str | None
     problem: str | None
+    # The team whose chain was verified alone (its head is last_hash); null for the whole chain.
+    team: str | None = None
 
 
 class CallbackOut(Schema):

@@ -46,6 +46,8 @@ from pandaweb.audit import chain
 from pandaweb.audit.models import AuditEvent
 from pandaweb.audit.selectors import RunTimeline, TimelineEntry, run_get, run_timeline
 from pandaweb.audit.services import audit_record
+from pandaweb.core.permissions import teams_where
+from pandaweb.core.roles import Capability
 from sessions.engine.filmstrip import filmstrip_frames
 from sessions.models import Run
 from sessions.services import run_files_dir
@@ -62,10 +64,11 @@ def run_bundle_to_file(*, run_id: int, user: User) -> Path:
 
     The caller owns the file (serve it, then delete it). Records one ``audit.run_bundle_exported``
     event (in its own transaction) once the zip's content is complete; should that fail, the file
-    is removed and nothing was exported. Raises Http404 for an unknown run. Not idempotent: each
-    call is a new export with its own audit event.
+    is removed and nothing was exported. Raises Http404 for an unknown run, and for a run of a
+    team where ``user`` may not export the trail. Not idempotent: each call is a new export with
+    its own audit event.
     """
-    run = run_get(run_id)
+    run = run_get(run_id, teams=teams_where(user, Capability.EXPORT_AUDIT))
     timeline = run_timeline(run)
     now = timezone.now()
     handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed below; the caller keeps the file)
@@ -89,6 +92,7 @@ def run_bundle_to_file(*, run_id: int, user: User) -> Path:
                 object_id=run.pk,
                 actor=user,
                 run_id=run.pk,
+                team_id=run.team_id,
                 after={
                     "format": FORMAT,
                     "files": len(writer.files),
@@ -369,9 +373,11 @@ def _collect(
 
 def _audit_event(event: AuditEvent) -> dict[str, Any]:
     """The event with every hashed field as stored (datetimes in the chain's text form), so that
-    ``chain.event_hash(row, row["prev_hash"]) == row["hash"]`` can be checked offline."""
+    ``chain.event_hash(row, row["prev_hash"]) == row["hash"]`` can be checked offline; with its
+    team link and ``team_hash`` when it is on a team's chain."""
     fields = event.chain_fields()
-    row = {name: fields[name] for name in chain.HASHED_FIELDS}
+    team = chain.TEAM_FIELDS + ("team_hash",) if chain.on_team_chain(fields) else ()
+    row = {name: fields[name] for name in (*chain.HASHED_FIELDS, *team)}
     row["occurred_at"] = chain.format_datetime(event.occurred_at)
     row["hash"] = event.hash
     try:

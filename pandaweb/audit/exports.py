@@ -49,7 +49,11 @@ AuditFilter = selectors.EventFilters
 
 
 class AuditExportError(Exception):
-    pass
+    """What was asked for is not there (or not the person's): ``field`` names the filter."""
+
+    def __init__(self, message: str, *, field: str = "workflow") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def audit_filtered(
@@ -73,14 +77,14 @@ def export_team(user: User, filters: AuditFilter) -> Team | None:
     if filters.team:
         team = Team.objects.filter(slug=filters.team).first()
         if team is None or (teams is not None and team.pk not in teams):
-            raise AuditExportError(f"no team has the slug {filters.team!r}")
+            raise AuditExportError(f"no team has the slug {filters.team!r}", field="team")
         return team
     if teams is None:
         return None
     if len(teams) == 1:
         return Team.objects.get(pk=next(iter(teams)))
     slugs = ", ".join(Team.objects.filter(pk__in=teams).values_list("slug", flat=True))
-    raise AuditExportError(f"name the team whose trail to export (one of {slugs})")
+    raise AuditExportError(f"name the team whose trail to export (one of {slugs})", field="team")
 
 
 def audit_export(*, user: User, filters: AuditFilter, out: IO[bytes]) -> Manifest:

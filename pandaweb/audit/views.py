@@ -1,6 +1,7 @@
 """The audit pages: the trail with filters, a run's timeline, chain verification and the run's
 evidence bundle. Reading needs VIEW_AUDIT; verifying and exporting need EXPORT_AUDIT (Compliance
-and Admins hold both)."""
+and Admins hold both). Held in some teams only, they reach those teams' events (their runs, their
+chains); the installation's own events (no team) are for a global role."""
 
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ from pandaweb.audit.bundles import run_bundle_to_file
 from pandaweb.audit.chain import VerifyResult
 from pandaweb.audit.checkpoints import audit_verify_checkpoints, checkpoint_dir
 from pandaweb.audit.models import AuditEvent
-from pandaweb.audit.services import audit_verify_database
+from pandaweb.audit.services import audit_verify_database, audit_verify_team
 from pandaweb.core.http import AuthenticatedRequest
-from pandaweb.core.permissions import capability_required, user_can
+from pandaweb.core.permissions import capability_required, teams_where, user_can
 from pandaweb.core.roles import Capability
 from sessions.models import Run
 
@@ -58,6 +59,7 @@ class EventFilterForm(forms.Form):
     actor = forms.CharField(required=False, max_length=150, label="Actor")
     action = forms.CharField(required=False, max_length=100, label="Action")
     workflow = forms.ChoiceField(required=False, label="Workflow")
+    team = forms.ChoiceField(required=False, label="Team")
     run = forms.IntegerField(required=False, min_value=1, max_value=_LARGEST_ID, label="Run")
     before = forms.IntegerField(
         required=False, min_value=1, max_value=_LARGEST_ID, widget=forms.HiddenInput
@@ -66,11 +68,15 @@ class EventFilterForm(forms.Form):
         required=False, min_value=0, max_value=_LARGEST_ID, widget=forms.HiddenInput
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, teams: frozenset[int] | None = None, **kwargs: Any) -> None:
+        """``teams``: whose workflows and teams the reader may pick (None: all)."""
         super().__init__(*args, **kwargs)
-        self.workflows = list(selectors.workflow_choices())
+        self.workflows = list(selectors.workflow_choices(teams))
         self.fields["workflow"].choices = [("", "All workflows")] + [  # type: ignore[attr-defined]
             (w.slug, w.name) for w in self.workflows
+        ]
+        self.fields["team"].choices = [("", "All teams")] + [  # type: ignore[attr-defined]
+            (t.slug, t.name) for t in selectors.team_choices(teams)
         ]
 
     def clean(self) -> dict[str, Any]:
@@ -90,6 +96,7 @@ class EventFilterForm(forms.Form):
             action=(data.get("action") or "").strip(),
             workflow=data.get("workflow") or "",
             run_id=data.get("run"),
+            team=data.get("team") or "",
         )
 
     def applied(self) -> list[tuple[str, str]]:
@@ -98,7 +105,7 @@ class EventFilterForm(forms.Form):
         data = self.cleaned_data if self.is_bound else {}
         return [
             (name, data[name].isoformat() if hasattr(data[name], "isoformat") else str(data[name]))
-            for name in ("date_from", "date_to", "actor", "action", "workflow", "run")
+            for name in ("date_from", "date_to", "actor", "action", "workflow", "run", "team")
             if data.get(name) not in (None, "")
         ]
 
@@ -151,12 +158,13 @@ def audit_index(request: AuthenticatedRequest) -> HttpResponse:
 
 
 def _index_context(request: AuthenticatedRequest) -> dict[str, Any]:
-    form = EventFilterForm(request.GET or None)
+    teams = teams_where(request.user, Capability.VIEW_AUDIT)
+    form = EventFilterForm(request.GET or None, teams=teams)
     if form.is_bound:
         form.is_valid()
     filters = form.filters()
     data = form.cleaned_data if form.is_bound else {}
-    matching = selectors.audit_events(filters)
+    matching = selectors.audit_events(filters, teams=teams)
     page = selectors.audit_page(matching, before=data.get("before"), after=data.get("after"))
     labels = {name: str(field.label) for name, field in form.fields.items()}
     return {
@@ -171,7 +179,9 @@ def _index_context(request: AuthenticatedRequest) -> dict[str, Any]:
         "newest_query": form.query() if (data.get("before") or data.get("after")) else "",
         "actions": selectors.known_actions(),
         "usernames": User.objects.order_by("username").values_list("username", flat=True),
-        "head": selectors.chain_head(),
+        # The whole chain's head is the installation's: a team's reader verifies their teams'.
+        "head": selectors.chain_head() if teams is None else None,
+        "teams_only": teams is not None,
         "can_export": user_can(request.user, Capability.EXPORT_AUDIT),
         "public_key": signing.public_key_b64(),
         "public_key_fingerprint": signing.public_key_fingerprint(),
@@ -183,21 +193,42 @@ def _index_context(request: AuthenticatedRequest) -> dict[str, Any]:
 def audit_verify(request: AuthenticatedRequest) -> HttpResponse:
     """Verify the whole chain now, and against the signed checkpoints when there are any: the
     result panel for htmx, the page with it otherwise."""
-    result: VerifyResult = audit_verify_database()
-    directory = checkpoint_dir()
-    if any(directory.glob("checkpoint-*.json")):
-        # The signed heads kept outside the database also catch a cut tail or a rewritten chain.
-        result, _ = audit_verify_checkpoints(result, directory)
+    teams = teams_where(request.user, Capability.EXPORT_AUDIT)
+    if teams is None:
+        result: VerifyResult = audit_verify_database()
+        directory = checkpoint_dir()
+        if any(directory.glob("checkpoint-*.json")):
+            # The signed heads kept outside the database also catch a cut tail or a rewritten
+            # chain.
+            result, _ = audit_verify_checkpoints(result, directory)
+    else:
+        result = _verify_teams(teams)
     if request.htmx:
-        return render(request, "audit/index.html#chain", {"verify": result, "can_export": True})
+        context = {"verify": result, "can_export": True, "teams_only": teams is not None}
+        return render(request, "audit/index.html#chain", context)
     context = {**_index_context(request), "verify": result}
     return render(request, "audit/index.html", context)
+
+
+def _verify_teams(teams: frozenset[int]) -> VerifyResult:
+    """Each of ``teams``' chains on its own: the first that breaks, else all of them in one result
+    (the head is a team's head only when there is one team)."""
+    results = [audit_verify_team(team_id=team_id) for team_id in sorted(teams)]
+    for result in results:
+        if not result.ok:
+            return result
+    return VerifyResult(
+        ok=True,
+        count=sum(result.count for result in results),
+        last_hash=results[0].last_hash if len(results) == 1 else "",
+        last_sequence=max((r.last_sequence or 0 for r in results), default=0) or None,
+    )
 
 
 @require_GET
 @capability_required(Capability.VIEW_AUDIT)
 def audit_run(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
-    run = selectors.run_get(run_id)
+    run = selectors.run_get(run_id, teams=teams_where(request.user, Capability.VIEW_AUDIT))
     timeline = selectors.run_timeline(run)
     hashes_bad = sum(1 for e in timeline.audit_events if not selectors.audit_event_hash_ok(e))
     context = {
@@ -244,7 +275,7 @@ def _item(entry: selectors.TimelineEntry) -> TimelineItem:
 @capability_required(Capability.EXPORT_AUDIT)
 def audit_export(request: AuthenticatedRequest) -> HttpResponseBase:
     """The events matching the page's filters as a signed zip (CSV, JSON Lines, manifest)."""
-    form = EventFilterForm(request.POST)
+    form = EventFilterForm(request.POST, teams=teams_where(request.user, Capability.EXPORT_AUDIT))
     if not form.is_valid():
         messages.error(request, "Nothing was exported: correct the filters first.")
         return redirect("audit:index")
@@ -253,7 +284,9 @@ def audit_export(request: AuthenticatedRequest) -> HttpResponseBase:
     except exports.AuditExportError as exc:
         messages.error(request, f"Nothing was exported: {exc}")
         return redirect("audit:index")
-    return _download(path, f"pandaweb-audit-{timezone.now():%Y%m%dT%H%M%SZ}.zip")
+    team = form.filters().team
+    whose = f"-{team}" if team else ""
+    return _download(path, f"pandaweb-audit{whose}-{timezone.now():%Y%m%dT%H%M%SZ}.zip")
 
 
 @require_POST
