@@ -799,10 +799,7 @@ def audit_verify(request: HttpRequest, team: str = "") -> VerifyOut:
         chosen = export_team(context.user, audit_selectors.EventFilters(team=team))
     except AuditExportError as exc:
         raise Problem(422, str(exc), errors=[{"field": exc.field, "message": str(exc)}]) from None
-    if chosen is None:
-        result = audit_verify_database()
-    else:
-        result = audit_verify_team(team_id=chosen.pk)
+    result = audit_verify_database() if chosen is None else audit_verify_team(team_id=chosen.pk)
     return VerifyOut(
         ok=result.ok,
         count=result.count,

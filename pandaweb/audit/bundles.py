@@ -376,7 +376,7 @@ def _audit_event(event: AuditEvent) -> dict[str, Any]:
     ``chain.event_hash(row, row["prev_hash"]) == row["hash"]`` can be checked offline; with its
     team link and ``team_hash`` when it is on a team's chain."""
     fields = event.chain_fields()
-    team = chain.TEAM_FIELDS + ("team_hash",) if chain.on_team_chain(fields) else ()
+    team = (*chain.TEAM_FIELDS, "team_hash") if chain.on_team_chain(fields) else ()
     row = {name: fields[name] for name in (*chain.HASHED_FIELDS, *team)}
     row["occurred_at"] = chain.format_datetime(event.occurred_at)
     row["hash"] = event.hash
