@@ -73,6 +73,7 @@ def question_open(*, run: Run, question: Any) -> Question:
         action="question.asked",
         object_type="question",
         object_id=asked.pk,
+        team_id=run.team_id,
         actor_kind=AuditEvent.ActorKind.RUNNER,
         after={
             "question": asked.text,
@@ -246,6 +247,7 @@ def question_answer(*, question_id: int, user: User, answer: str) -> Question:
             action="question.answered",
             object_type="question",
             object_id=question.pk,
+            team_id=run.team_id,
             actor=user,
             before={"status": Q.PENDING},
             after={
@@ -350,6 +352,7 @@ def question_remind_due() -> list[int]:
                 action="question.reminded",
                 object_type="question",
                 object_id=question.pk,
+                team_id=question.run.team_id,
                 after={"reminded_at": now.isoformat(), "expires_at": expires_at.isoformat()},
                 run_id=run_id,
             )
@@ -381,6 +384,7 @@ def question_expire_due() -> list[int]:
                 action="question.expired",
                 object_type="question",
                 object_id=question.pk,
+                team_id=run.team_id,
                 after={"expired_at": question.expires_at.isoformat()},
                 run_id=run.pk,
             )
@@ -410,6 +414,7 @@ def question_void_pending(*, run: Run, reason: str) -> None:
             action="question.voided",
             object_type="question",
             object_id=question.pk,
+            team_id=run.team_id,
             after={"reason": reason},
             run_id=run.pk,
         )

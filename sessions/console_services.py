@@ -159,6 +159,7 @@ def _rerun(
         action="run.launched",
         object_type="run",
         object_id=run.pk,
+        team_id=run.team_id,
         actor=user,
         after={
             "workflow": workflow.slug,

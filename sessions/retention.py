@@ -73,6 +73,7 @@ def _prune_one(run_id: int, cutoff: datetime, keep_days: int) -> bool:
             action="run.files_pruned",
             object_type="run",
             object_id=run.pk,
+            team_id=run.team_id,
             actor_kind=AuditEvent.ActorKind.SYSTEM,
             after={"files": files, "bytes": size, "retention_days": keep_days},
             run_id=run.pk,

@@ -60,6 +60,7 @@ def model_call_answer(*, call_id: int) -> None:
             action="assist.model_called",
             object_type=object_type,
             object_id=object_id,
+            team_id=call.about_team_id,
             actor=call.requested_by,
             after={
                 "call": call.pk,

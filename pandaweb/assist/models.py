@@ -91,5 +91,14 @@ class ModelCall(models.Model):
         return "scratch_session", self.scratch_id
 
     @property
+    def about_team_id(self) -> int:
+        """The team of what the call is about (its run's, its scratch session's workflow's), for
+        the audit trail."""
+        if self.run is not None:
+            return self.run.team_id
+        assert self.scratch is not None
+        return self.scratch.workflow.team_id
+
+    @property
     def prompt_chars(self) -> int:
         return len(self.prompt)

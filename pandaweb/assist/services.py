@@ -62,6 +62,7 @@ def model_call_request(
         action="assist.model_asked",
         object_type=object_type,
         object_id=object_id,
+        team_id=call.about_team_id,
         actor=user,
         after={
             "call": call.pk,

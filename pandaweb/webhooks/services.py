@@ -191,6 +191,7 @@ def subscription_create(
             action="webhook.subscription_created",
             object_type="webhook_subscription",
             object_id=subscription.pk,
+            team_id=subscription.team_id,
             actor=user,
             after=_facts(subscription),
         )
@@ -276,6 +277,7 @@ def callback_subscribe(*, run: Run, url: str, user: User) -> str:
         action="webhook.callback_created",
         object_type="webhook_subscription",
         object_id=subscription.pk,
+        team_id=run.team_id,
         actor=user,
         after={"run": run.pk, "url": subscription.url, "events": CALLBACK_EVENTS},
         run_id=run.pk,
@@ -331,6 +333,7 @@ def subscription_update(
                 action="webhook.subscription_updated",
                 object_type="webhook_subscription",
                 object_id=subscription.pk,
+                team_id=subscription.team_id,
                 actor=user,
                 before=before,
                 after=after,
@@ -356,6 +359,7 @@ def subscription_set_active(
             action="webhook.subscription_enabled" if active else "webhook.subscription_disabled",
             object_type="webhook_subscription",
             object_id=subscription.pk,
+            team_id=subscription.team_id,
             actor=user,
             before={"active": not active},
             after={
@@ -381,6 +385,7 @@ def subscription_delete(*, subscription_id: int, user: User) -> None:
             action="webhook.subscription_deleted",
             object_type="webhook_subscription",
             object_id=subscription_id,
+            team_id=subscription.team_id,
             actor=user,
             before={**facts, "messages": messages},
         )
@@ -398,6 +403,7 @@ def subscription_rotate_secret(*, subscription_id: int, user: User) -> str:
             action="webhook.secret_rotated",
             object_type="webhook_subscription",
             object_id=subscription.pk,
+            team_id=subscription.team_id,
             actor=user,
         )
     return secret
@@ -624,6 +630,7 @@ def message_redeliver(*, message_id: int, user: User) -> Message:
             action="webhook.redelivered",
             object_type="webhook_message",
             object_id=message.pk,
+            team_id=message.subscription.team_id,
             actor=user,
             after={
                 "msg_id": message.msg_id,

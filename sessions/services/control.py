@@ -79,6 +79,7 @@ def control_open(*, run_id: int, user_id: int, step_index: int) -> ControlSessio
             action="run.control_opened",
             object_type="run",
             object_id=run.pk,
+            team_id=run.team_id,
             actor=user,
             after={"control_session": session.pk, "before_step": step_index + 1},
             run_id=run.pk,
@@ -104,6 +105,7 @@ def control_request_withdraw(*, run_id: int, user_id: int, during_step: int | No
             action="run.control_request_withdrawn",
             object_type="run",
             object_id=run.pk,
+            team_id=run.team_id,
             actor=user,
             before={"control_requested_by": by},
             after={"during_step": None if during_step is None else during_step + 1},
@@ -155,6 +157,7 @@ def control_close(
             action="run.control_closed",
             object_type="run",
             object_id=run.pk,
+            team_id=run.team_id,
             actor=session.user,
             before={"control_session": session.pk},
             after={

@@ -43,6 +43,7 @@ def credentials_open(
             action="credential.used",
             object_type="credential",
             object_id=credential.pk,
+            team_id=credential.team_id,
             actor_kind=AuditEvent.ActorKind.RUNNER,
             after={"name": credential.name},
             run_id=run_id,

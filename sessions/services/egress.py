@@ -52,6 +52,7 @@ def _record(run: Run, line: dict[str, Any]) -> None:
         action="run.egress_denied",
         object_type="run",
         object_id=run.pk,
+        team_id=run.team_id,
         actor_kind=AuditEvent.ActorKind.RUNNER,
         # The spool's line number: what tells a tail drained after the run ended from lines
         # already recorded.

@@ -201,6 +201,7 @@ def _launch(
         action="run.launched",
         object_type="run",
         object_id=run.pk,
+        team_id=run.team_id,
         actor=user,
         after={
             "workflow": workflow.slug,

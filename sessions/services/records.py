@@ -72,6 +72,7 @@ def recover_completed_actions_locked(run: Run) -> int:
             action="run.step_recovered",
             object_type="run",
             object_id=run.pk,
+            team_id=run.team_id,
             actor_kind=AuditEvent.ActorKind.RUNNER,
             after={
                 "step": approval.step_id,

@@ -108,6 +108,7 @@ def transition(
         action=f"run.{to}",
         object_type="run",
         object_id=run.pk,
+        team_id=run.team_id,
         actor=actor,
         actor_kind=None if actor else AuditEvent.ActorKind.RUNNER,
         before={"status": before},
@@ -206,6 +207,7 @@ def queue_release(*, workflow_id: int, launching: int | None = None) -> list[int
                 action="run.dispatched",
                 object_type="run",
                 object_id=run.pk,
+                team_id=run.team_id,
                 actor_kind=AuditEvent.ActorKind.RUNNER,
                 before={"queued": True},
                 after={

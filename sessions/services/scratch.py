@@ -123,6 +123,7 @@ def scratch_open(*, workflow_id: int, user: User) -> ScratchSession:
             action="scratch.opened",
             object_type="scratch_session",
             object_id=session.pk,
+            team_id=session.workflow.team_id,
             actor=user,
             after={
                 "workflow": workflow.slug,
@@ -188,6 +189,7 @@ def scratch_ask(
             action="scratch.asked",
             object_type="scratch_session",
             object_id=session.pk,
+            team_id=session.workflow.team_id,
             actor=user,
             after={
                 "action": action, "step": step_id, "element": element, "doing": doing,
@@ -474,6 +476,7 @@ def scratch_close(
             action=f"scratch.{status}",
             object_type="scratch_session",
             object_id=session.pk,
+            team_id=session.workflow.team_id,
             actor=user,
             after={"reason": session.reason},
         )
@@ -519,6 +522,7 @@ def scratch_housekeeping() -> dict[str, list[int]]:
                 action="scratch.work_lost",
                 object_type="scratch_session",
                 object_id=scratch_id,
+                team_id=session.workflow.team_id,
                 after={"reason": session.reason},
             )
         report["work_lost"].append(scratch_id)

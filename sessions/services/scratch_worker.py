@@ -104,6 +104,7 @@ def scratch_start(*, scratch_id: int) -> None:
                 action="scratch.started",
                 object_type="scratch_session",
                 object_id=scratch_id,
+                team_id=session.workflow.team_id,
                 actor_kind=AuditEvent.ActorKind.RUNNER,
                 after={"seconds": round(time.monotonic() - started, 2), "host": record["host"]},
             )
@@ -390,6 +391,7 @@ def _record(
             action="scratch.done",
             object_type="scratch_session",
             object_id=scratch_id,
+            team_id=session.workflow.team_id,
             actor_kind=AuditEvent.ActorKind.RUNNER,
             after={
                 "steps": {r.step_id: r.status for r in records if r.step_id},
@@ -437,6 +439,7 @@ def _refusals(session: ScratchSession) -> dict[str, int]:
             action="scratch.egress_denied",
             object_type="scratch_session",
             object_id=session.pk,
+            team_id=session.workflow.team_id,
             actor_kind=AuditEvent.ActorKind.RUNNER,
             after={key: line.get(key) for key in ("host", "port", "method", "reason")},
         )
@@ -458,6 +461,7 @@ def _failed(scratch_id: int, reason: str) -> None:
             action="scratch.failed",
             object_type="scratch_session",
             object_id=scratch_id,
+            team_id=session.workflow.team_id,
             actor_kind=AuditEvent.ActorKind.RUNNER,
             after={"reason": reason},
         )

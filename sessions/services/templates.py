@@ -70,6 +70,7 @@ def _template_audit(
         action=f"session_template.{action}",
         object_type="session_template",
         object_id=template.pk,
+        team_id=version.workflow.team_id,
         actor=actor,
         actor_kind=actor_kind,
         before=before,

@@ -195,6 +195,7 @@ def run_record_action(
             action=f"approval.action_{verb}",
             object_type="approval",
             object_id=approval.pk,
+            team_id=run.team_id,
             actor_kind=AuditEvent.ActorKind.RUNNER,
             after={
                 "step": approval.step_id,
@@ -342,6 +343,7 @@ def run_record_step(*, run_id: int, record: Any) -> StepResult:
             action="run.step_executed",
             object_type="run",
             object_id=run.pk,
+            team_id=run.team_id,
             actor_kind=AuditEvent.ActorKind.RUNNER,
             after={
                 "step": record.step_id,
@@ -375,6 +377,7 @@ def run_record_denial(*, run_id: int, attempt: Any) -> None:
             action="run.egress_denied",
             object_type="run",
             object_id=run.pk,
+            team_id=run.team_id,
             actor_kind=AuditEvent.ActorKind.RUNNER,
             after=payload,
             run_id=run.pk,

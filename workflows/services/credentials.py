@@ -110,6 +110,7 @@ def credential_replace_value(
         action="credential.value_replaced",
         object_type="credential",
         object_id=credential.pk,
+        team_id=credential.team_id,
         actor=user,
         after={"name": credential.name},
     )

@@ -138,6 +138,7 @@ def workflow_import(*, user: User, text: str | bytes, team: str | None = None) -
         action="workflow.imported",
         object_type="workflow",
         object_id=workflow.pk,
+        team_id=workflow.team_id,
         actor=user,
         before=before,
         after={
@@ -184,6 +185,7 @@ def version_export(
         action="workflow.exported",
         object_type="workflow",
         object_id=version.workflow_id,
+        team_id=version.workflow.team_id,
         actor=user,
         after={"version": version.number, "format": fmt},
         extra={"version_id": version.pk, "sha256": hashlib.sha256(text.encode()).hexdigest()},

@@ -196,6 +196,7 @@ def workflow_publish(
         action="workflow.published",
         object_type="workflow",
         object_id=workflow.pk,
+        team_id=workflow.team_id,
         actor=user,
         after={"version": number, "content_hash": draft.content_hash, "message": message},
         extra={

@@ -308,6 +308,7 @@ def batch_create_once(
                 action="batch.created",
                 object_type="batch",
                 object_id=batch.pk,
+                team_id=workflow.team_id,
                 actor=user,
                 after=facts,
             )

@@ -126,6 +126,7 @@ def schedule_create(*, workflow_id: int, user: User, spec: ScheduleSpec) -> Sche
             action="schedule.created",
             object_type="schedule",
             object_id=schedule.pk,
+            team_id=workflow.team_id,
             actor=user,
             after={"workflow": workflow.slug, **_schedule_facts(schedule)},
         )
@@ -163,6 +164,7 @@ def schedule_update(*, schedule_id: int, user: User, spec: ScheduleSpec) -> Sche
             action="schedule.updated",
             object_type="schedule",
             object_id=schedule.pk,
+            team_id=schedule.workflow.team_id,
             actor=user,
             before=before,
             after=after,
@@ -186,6 +188,7 @@ def schedule_set_paused(*, schedule_id: int, user: User, paused: bool) -> Schedu
             action="schedule.paused" if paused else "schedule.resumed",
             object_type="schedule",
             object_id=schedule.pk,
+            team_id=schedule.workflow.team_id,
             actor=user,
             before={"paused": not paused},
             after={"paused": paused},
@@ -205,6 +208,7 @@ def schedule_delete(*, schedule_id: int, user: User) -> None:
             action="schedule.deleted",
             object_type="schedule",
             object_id=schedule_id,
+            team_id=schedule.workflow.team_id,
             actor=user,
             before=before,
         )
@@ -282,6 +286,7 @@ def _launch(schedule: Schedule, *, key: str) -> str:
             action="schedule.launch_refused",
             object_type="schedule",
             object_id=schedule.pk,
+            team_id=schedule.workflow.team_id,
             after={"reason": refusal},
         )
     return _outcome(schedule, refusal)
