@@ -5,6 +5,7 @@ only their teams' events."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import zipfile
 from io import StringIO
@@ -179,7 +180,7 @@ def test_each_team_event_links_to_the_previous_event_of_its_own_team(
     ours = list(AuditEvent.objects.filter(team_id=payables.pk).order_by("sequence"))
 
     assert ours[0].team_prev_hash == chain.GENESIS
-    for before, after in zip(ours, ours[1:], strict=False):
+    for before, after in itertools.pairwise(ours):
         assert after.team_prev_hash == before.team_hash
         assert after.prev_hash != before.hash  # another team's event sits between them
     result = audit_verify_team(team_id=payables.pk)
@@ -265,7 +266,7 @@ def test_audit_verify_team_checks_one_teams_chain_in_the_database(
         f"audit chain of team procurement BROKEN at sequence {theirs.sequence}: "
         "hash does not match the event's content\n"
     )
-    with pytest.raises(CommandError, match="^no team has the slug 'nobody'$"):
+    with pytest.raises(CommandError, match=r"^no team has the slug 'nobody'$"):
         verify_command("--team", "nobody")
 
 
@@ -369,7 +370,8 @@ def test_a_global_compliance_person_exports_one_team_or_the_whole_trail(
 
     assert everything.team is None
     assert everything.count == trail
-    assert one.team is not None and one.team["slug"] == "procurement"
+    assert one.team is not None
+    assert one.team["slug"] == "procurement"
     assert one.count == 3
     assert verify_export(whole, public_key=signing.public_key_b64()).ok
     assert verify_export(team, public_key=signing.public_key_b64()).ok
@@ -383,9 +385,9 @@ def test_compliance_of_one_team_cannot_export_another_teams_trail(
     before = AuditEvent.objects.count()
 
     # The same words as for a team that does not exist: another team's slug leaks nothing.
-    with pytest.raises(AuditExportError, match="^no team has the slug 'procurement'$"):
+    with pytest.raises(AuditExportError, match=r"^no team has the slug 'procurement'$"):
         audit_export(user=carla, filters=AuditFilter(team="procurement"), out=io.BytesIO())
-    with pytest.raises(AuditExportError, match="^no team has the slug 'nowhere'$"):
+    with pytest.raises(AuditExportError, match=r"^no team has the slug 'nowhere'$"):
         audit_export(user=carla, filters=AuditFilter(team="nowhere"), out=io.BytesIO())
 
     assert AuditEvent.objects.count() == before
