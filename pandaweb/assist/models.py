@@ -91,7 +91,7 @@ class ModelCall(models.Model):
         return "scratch_session", self.scratch_id
 
     @property
-    def about_team_id(self) -> int:
+    def about_team_id(self) -> int | None:
         """The team of what the call is about (its run's, its scratch session's workflow's), for
         the audit trail."""
         if self.run is not None:

@@ -295,9 +295,9 @@ def test_a_teams_export_holds_its_events_only_and_verifies_alone(
     assert check.ok, check.reason
     exported = AuditEvent.objects.get(action="audit.exported")
     assert exported.team_id == payables.pk
-    code, out, _ = verify_command("--export", str(path))
+    code, said, _ = verify_command("--export", str(path))
     assert code == 0
-    assert "of team payables, its chain checked alone" in out
+    assert "of team payables, its chain checked alone" in said
 
 
 @pytest.fixture
