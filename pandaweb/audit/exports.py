@@ -56,11 +56,9 @@ class AuditExportError(Exception):
         self.field = field
 
 
-def audit_filtered(
-    filters: AuditFilter, *, teams: frozenset[int] | None = None
-) -> QuerySet[AuditEvent]:
-    """The events ``filters`` select among those of ``teams`` (None: all), in sequence order."""
-    return selectors.audit_events(filters, teams=teams).order_by("sequence")
+def audit_filtered(filters: AuditFilter) -> QuerySet[AuditEvent]:
+    """The events ``filters`` select, in sequence order."""
+    return selectors.audit_events(filters).order_by("sequence")
 
 
 def export_team(user: User, filters: AuditFilter) -> Team | None:
@@ -96,8 +94,7 @@ def audit_export(*, user: User, filters: AuditFilter, out: IO[bytes]) -> Manifes
     does not verify and ImproperlyConfigured for a bad signing key; ``out`` then holds nothing
     usable. Once the zip is complete, records one ``audit.exported`` event in its own short
     transaction, then writes a signed checkpoint of the head (which includes that event). Not
-    idempotent:
-    every call is a new export with its own event.
+    idempotent: every call is a new export with its own event.
     """
     team = export_team(user, filters)
     if team is not None:
@@ -119,7 +116,8 @@ def audit_export(*, user: User, filters: AuditFilter, out: IO[bytes]) -> Manifes
         # the whole trail's export only.
         events = events.filter(team_prev_hash__isnull=False)
         # Narrowed by dates at most, the events are the team's chain without a gap (the chain's
-        # times only rise: each is taken under the chain's lock), checked link by link.
+        # times only rise, each taken under its lock, barring a clock set back): checked link by
+        # link. Narrowed further, event by event.
         chained = not (filters.actor or filters.action or filters.workflow or filters.run_id)
         scope = TeamScope(id=team.pk, slug=team.slug, chained=chained)
     rows = events.values(*chain.STORED_FIELDS).iterator(chunk_size=CHUNK_SIZE)
