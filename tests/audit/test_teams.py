@@ -4,12 +4,14 @@ only their teams' events."""
 
 from __future__ import annotations
 
+import ast
 import io
 import itertools
 import json
 import zipfile
 from io import StringIO
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -22,7 +24,7 @@ from pytest_django.fixtures import Settings
 
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
-from pandaweb.audit import chain, signing
+from pandaweb.audit import chain, export, signing
 from pandaweb.audit.export import verify_export
 from pandaweb.audit.exports import AuditExportError, AuditFilter, audit_export
 from pandaweb.audit.models import AuditEvent
@@ -493,3 +495,21 @@ def test_the_team_columns_were_added_without_dropping_the_append_only_triggers(
         AuditEvent.objects.filter(pk=event.pk).update(team_hash=chain.GENESIS)
     with pytest.raises(IntegrityError, match="append-only"), transaction.atomic():
         AuditEvent.objects.filter(pk=event.pk).delete()
+
+
+@pytest.mark.parametrize("module", [chain, export])
+def test_the_offline_verifier_imports_no_django(module: ModuleType) -> None:
+    # An auditor verifies a team's export with chain.py and export.py alone.
+    tree = ast.parse(Path(str(module.__file__)).read_text())
+    imported = {
+        name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in (
+            [alias.name for alias in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+        )
+    }
+
+    assert not imported & {"django", "celery", "channels", "sessions", "workflows", "approvals"}
