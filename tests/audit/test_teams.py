@@ -34,6 +34,7 @@ from pandaweb.core.models import Team
 from pandaweb.core.roles import Role
 from sessions.models import Run
 from sessions.services import run_launch
+from tests.api.conftest import Api, make_token
 from tests.factories import (
     ApprovalRequestFactory,
     member_of,
@@ -513,3 +514,27 @@ def test_the_offline_verifier_imports_no_django(module: ModuleType) -> None:
     }
 
     assert not imported & {"django", "celery", "channels", "sessions", "workflows", "approvals"}
+
+
+def test_a_team_compliance_token_exports_and_verifies_its_team_only(
+    data_dir: Path, payables: Team, procurement: Team
+) -> None:
+    interleaved(payables, procurement)
+    carla = member_of(payables, Role.COMPLIANCE, username="carla")
+    api = Api(make_token(carla))
+
+    answer = api.get("/audit/export")
+    refused = api.get("/audit/export", {"team": "procurement"})
+    verified = api.get("/audit/verify").json()
+
+    assert answer.status_code == 200
+    check = verify_export(io.BytesIO(b"".join(answer.streaming_content)))
+    assert check.ok, check.reason
+    assert check.manifest is not None
+    assert check.manifest["team"]["slug"] == "payables"
+    assert refused.status_code == 422
+    assert json.loads(refused.content)["detail"] == "no team has the slug 'procurement'"
+    assert verified["team"] == "payables"
+    assert verified["ok"] is True
+    assert verified["count"] == AuditEvent.objects.filter(team_id=payables.pk).count()
+    assert api.get("/audit/verify", {"team": "procurement"}).status_code == 422
