@@ -70,6 +70,11 @@ def main() -> int:
     parser.add_argument("--stream-rounds", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     parser.add_argument(
+        "--only",
+        choices=["events"],
+        help="seed as usual, then measure only this part (the event stream's rounds)",
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="print where GET run spends its time (cProfile)"
     )
     args = parser.parse_args()
@@ -107,12 +112,9 @@ def _bench(args: argparse.Namespace, data_dir: Path) -> int:
     import logging
 
     from django.core.management import call_command
-    from django.db import connection, connections
-    from django.test import Client
-    from django.test.utils import CaptureQueriesContext
+    from django.db import connection
     from django.utils import timezone
 
-    from pandaweb.api.services import token_create
     from pandaweb.core.roles import Role
     from pandaweb.core.services import roles_sync
     from sessions import services as run_services
@@ -136,26 +138,6 @@ def _bench(args: argparse.Namespace, data_dir: Path) -> int:
     version = workflow_services.workflow_publish(
         workflow_id=workflow.pk, user=operator, message="bench", accept_warnings=True
     )
-    _, token = token_create(
-        actor=operator, owner=operator, name="bench",
-        scopes=["runs:read", "runs:launch"], expires_at=None,
-    )  # fmt: skip
-    headers = {"Authorization": f"Bearer {token}"}
-    client = Client()
-
-    def get_run(run_id: int) -> float:
-        started = time.perf_counter()
-        response = client.get(f"/api/v1/runs/{run_id}", headers=headers)
-        elapsed = time.perf_counter() - started
-        assert response.status_code == 200, response.content
-        return elapsed
-
-    def queries(path: str, params: dict[str, Any] | None = None) -> int:
-        client.get(path, params or {}, headers=headers)  # warm (last-used write)
-        with CaptureQueriesContext(connection) as captured:
-            client.get(path, params or {}, headers=headers)
-        return len(captured)
-
     # Seed -----------------------------------------------------------------------------------
     started = time.perf_counter()
     now = timezone.now()
@@ -214,6 +196,49 @@ def _bench(args: argparse.Namespace, data_dir: Path) -> int:
         f"in {time.perf_counter() - started:.1f} s"
     )
     ids = list(Run.objects.values_list("pk", flat=True))
+    if args.only != "events":
+        _http(args, operator=operator, workflow=workflow, version=version, ids=ids)
+
+    # The event stream ----------------------------------------------------------------------------
+    api_events.measure(
+        data_dir=data_dir, redis_url=args.redis_url, operator=operator, run_ids=ids,
+        clients=args.stream_clients,
+        events=args.stream_events, rounds=args.stream_rounds,
+    )  # fmt: skip
+    print(f"end: {load_line()}")
+    return 0
+
+
+def _http(
+    args: argparse.Namespace, *, operator: Any, workflow: Any, version: Any, ids: list[int]
+) -> None:
+    """GET run, the run list and launches, on the seeded database."""
+    from django.db import connection, connections
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from pandaweb.api.services import token_create
+    from sessions.models import Run
+
+    _, token = token_create(
+        actor=operator, owner=operator, name="bench",
+        scopes=["runs:read", "runs:launch"], expires_at=None,
+    )  # fmt: skip
+    headers = {"Authorization": f"Bearer {token}"}
+    client = Client()
+
+    def get_run(run_id: int) -> float:
+        started = time.perf_counter()
+        response = client.get(f"/api/v1/runs/{run_id}", headers=headers)
+        elapsed = time.perf_counter() - started
+        assert response.status_code == 200, response.content
+        return elapsed
+
+    def queries(path: str, params: dict[str, Any] | None = None) -> int:
+        client.get(path, params or {}, headers=headers)  # warm (last-used write)
+        with CaptureQueriesContext(connection) as captured:
+            client.get(path, params or {}, headers=headers)
+        return len(captured)
 
     # Query counts do not depend on the data size ------------------------------------------------
     small = Run.objects.create(workflow=workflow, version=version, launched_by=operator)
@@ -318,15 +343,6 @@ def _bench(args: argparse.Namespace, data_dir: Path) -> int:
     assert Run.objects.filter(status="queued", idempotency_key__startswith="seq-").count() == len(
         launches
     )
-
-    # The event stream ----------------------------------------------------------------------------
-    api_events.measure(
-        data_dir=data_dir, redis_url=args.redis_url, operator=operator, run_ids=ids,
-        clients=args.stream_clients,
-        events=args.stream_events, rounds=args.stream_rounds,
-    )  # fmt: skip
-    print(f"end: {load_line()}")
-    return 0
 
 
 if __name__ == "__main__":
