@@ -2,14 +2,14 @@
 
 Every event streamed is a ``RunEvent`` row first (the run page's log), and its SSE ``id`` is the
 row's primary key, so ``Last-Event-ID`` resumes from the database and loses nothing the stream
-did not send. A stream reads the table when the channel layer says a run's events were committed
-(one subscription per server process, however many streams it has open) and at least every
-``POLL_SECONDS`` besides, so a lost or late message delays an event, never loses it. Streams at
-the same position share one read of the log (woken together by a commit, they would otherwise
-queue for the few database threads one after another); each then picks, in memory, what its
-filter and its token's scopes let through, and checks its token again once a second. Each read
-borrows a database connection on a consumer-read thread and gives it back, and the request gives
-back the one it started with, so an idle stream holds none.
+did not send. A server process serves all of its streams through one ``FanOut``. Woken by the
+channel layer when a run's events were committed (one subscription per process), and at least
+every ``POLL_SECONDS`` besides so that a lost or late message delays an event but never loses
+it, the fan-out reads the log once for every stream at the same position and puts in each
+stream's outbox what its filter and its token's scopes let through; it checks all of its
+streams' tokens once a second, in one go. Each read borrows a database connection on a
+consumer-read thread and gives it back, and the request gives back the one it started with, so
+an idle stream holds none.
 
 Ninja's operations are sync request/response functions, so this is a plain async Django view,
 routed under /api/v1/ by ``urls.api_urls``.
@@ -18,11 +18,11 @@ routed under /api/v1/ by ``urls.api_urls``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -30,6 +30,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
@@ -39,7 +40,7 @@ from approvals.models import ApprovalRequest, Question
 from pandaweb.api import problems, ratelimit
 from pandaweb.api.problems import Problem
 from pandaweb.api.scopes import Scope
-from pandaweb.api.services import BEARER_NEEDED, TokenContext, token_authenticate, token_refusal
+from pandaweb.api.services import BEARER_NEEDED, TokenContext, token_refusal, tokens_authenticate
 from pandaweb.core.consumers import read_only
 from sessions.events import RUNS_GROUP
 from sessions.layer import receive_group_on_this_loop, stop_receiving_group_on_this_loop
@@ -48,7 +49,7 @@ from workflows.models import Workflow
 
 logger = logging.getLogger(__name__)
 
-# How often a stream reads with no word from the channel layer.
+# How often the fan-out reads with no word from the channel layer.
 POLL_SECONDS = 1.0
 # The channel layer forgets a group's member after a day (channels_redis' group_expiry).
 GROUP_RENEW_SECONDS = 3600.0
@@ -61,11 +62,10 @@ BATCH = 200
 # clocks, which lets a resuming client pass old gaps at once.
 GAP_GRACE_SECONDS = 10.0
 GAP_SETTLED = timedelta(minutes=5)
-# Each open stream polls on one of the few threads that reach the database for websockets and
-# streams: a token gets a handful, so one client cannot take them all.
+# A stream catching up reads on its own (one of the few threads that reach the database for
+# websockets and streams): a token gets a handful, so one client cannot take them all.
 STREAMS_PER_TOKEN = 4
-# A stream checks its token again at most this often (revoked, expired, its owner's role): the
-# reads themselves are shared by every stream at the same position.
+# How soon a stream ends after its token stops working (revoked, expired, its owner's role).
 TOKEN_RECHECK_SECONDS = 1.0
 STREAM_SCOPES = (Scope.RUNS_READ, Scope.APPROVALS_READ, Scope.QUESTIONS_ANSWER)
 STREAMED_TYPES = ("status", "step")
@@ -242,13 +242,24 @@ def events_found(*, after: int, pass_gap: bool = False) -> Read:
     return Read(position=position, at_gap=at_gap, found=tuple(found))
 
 
+def viewers_get(raw_tokens: Iterable[str]) -> dict[str, Viewer | None]:
+    """Each token as it is now, or None once it no longer works (revoked, expired, its owner
+    switched off): what ``token_authenticate`` says of each, in one go for all, and one query
+    for the owners' groups."""
+    contexts = tokens_authenticate(raw_tokens)
+    owners = {context.user.pk for context in contexts.values() if context is not None}
+    groups: dict[int, set[str]] = {owner: set() for owner in owners}
+    memberships = User.groups.through.objects.filter(user_id__in=owners)
+    for user_id, name in memberships.values_list("user_id", "group__name"):
+        groups[user_id].add(name)
+    return {
+        raw: None if context is None else Viewer(context, frozenset(groups[context.user.pk]))
+        for raw, context in contexts.items()
+    }
+
+
 def viewer_get(raw_token: str) -> Viewer | None:
-    """The token as it is now, or None once it no longer works (revoked, expired, its owner
-    switched off)."""
-    context = token_authenticate(raw_token)
-    if context is None:
-        return None
-    return Viewer(context, frozenset(context.user.groups.values_list("name", flat=True)))
+    return viewers_get([raw_token])[raw_token]
 
 
 def batch_for(read: Read, viewer: Viewer, flt: StreamFilter) -> Batch:
@@ -269,8 +280,8 @@ def batch_for(read: Read, viewer: Viewer, flt: StreamFilter) -> Batch:
 def events_read(
     *, raw_token: str, after: int, flt: StreamFilter, pass_gap: bool = False
 ) -> Batch | None:
-    """One stream's read on its own (what the stream does, shared with others, in one call),
-    or None once the token no longer works."""
+    """One stream's read on its own (what the fan-out does for it, in one call), or None once
+    the token no longer works."""
     viewer = viewer_get(raw_token)
     if viewer is None:
         return None
@@ -295,25 +306,9 @@ def _workflow_ids(slugs: set[str]) -> dict[str, int]:
     return dict(Workflow.objects.filter(slug__in=slugs).values_list("slug", "pk"))
 
 
-# Streams open in this server process, by token (an OAuth client's access tokens count as one).
-_open_streams: Counter[str] = Counter()
-
-
-async def _counted(principal: str, body: AsyncIterator[str]) -> AsyncIterator[str]:
-    """``body``, counted among the token's open streams until it ends or the client leaves."""
-    _open_streams[principal] += 1
-    try:
-        async for chunk in body:
-            yield chunk
-    finally:
-        _open_streams[principal] -= 1
-        if not _open_streams[principal]:
-            del _open_streams[principal]
-
-
-_authenticate_async = read_only(token_authenticate)
 _refusal_async = read_only(token_refusal)
 _viewer_async = read_only(viewer_get)
+_viewers_async = read_only(viewers_get)
 _events_found_async = read_only(events_found)
 _latest_id_async = read_only(_latest_id)
 _workflow_ids_async = read_only(_workflow_ids)
@@ -322,171 +317,225 @@ _workflow_ids_async = read_only(_workflow_ids)
 # end gives it back; the view's reads borrow their own.
 _request_connection_given_back = sync_to_async(close_old_connections)
 
+# What a stream's outbox holds after its last message: the stream ends.
+_END = None
 
-class CommitListener:
-    """This process's one member of the runs group on the channel layer: every committed run
-    event (``sessions.events.publish_run_events``) wakes all of its open streams at once, which
-    then read the database as they would on their poll. Lives while streams are open."""
 
-    def __init__(self, layer: Any) -> None:
-        self.layer = layer
+@dataclass(eq=False)
+class Stream:
+    """One open stream as the fan-out keeps it."""
+
+    raw_token: str
+    principal: str
+    flt: StreamFilter
+    viewer: Viewer
+    # The id the stream has read up to.
+    position: int
+    # When the stream first stopped at the missing id it waits at now (its own clock).
+    gap_since: float | None = None
+    # What the fan-out has picked for the client, in order; ``_END`` ends the stream.
+    outbox: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
+
+    def passes_gap(self, now: float) -> bool:
+        return self.gap_since is not None and now - self.gap_since >= GAP_GRACE_SECONDS
+
+
+class FanOut:
+    """This process's open streams, served together on its server's loop.
+
+    One member of the channel layer's runs group wakes the fan-out when a run's events are
+    committed (``sessions.events.publish_run_events``), and every ``POLL_SECONDS`` without one.
+    Awake, it reads the log once for each position its streams are at (one, but for streams
+    catching up) and puts in each stream's outbox what its filter and token let through: a
+    stream costs no read and no thread of its own, only its writes. Once a second it checks all
+    of its streams' tokens in one go, beside the reads rather than before them (50 streams each
+    checking its own queued before the read a commit waits for), and ends the streams of a
+    token that no longer works. Lives while streams are open.
+    """
+
+    def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self.streams = 0
-        self.committed = asyncio.Event()
-        self.task = self.loop.create_task(self._listen())
+        self.streams: set[Stream] = set()
+        self.woken = asyncio.Event()
+        self.tasks = [
+            self.loop.create_task(self._ending_on_failure(self._deliver())),
+            self.loop.create_task(self._ending_on_failure(self._recheck())),
+            self.loop.create_task(self._listen()),
+        ]
 
-    def _wake(self) -> None:
-        self.committed.set()
-        self.committed = asyncio.Event()
+    def open_for(self, principal: str) -> int:
+        return sum(1 for stream in self.streams if stream.principal == principal)
+
+    def join(self, stream: Stream) -> None:
+        self.streams.add(stream)
+        self.woken.set()  # its first read, at once
+
+    def leave(self, stream: Stream) -> None:
+        self.streams.discard(stream)
+        if not self.streams:
+            self._close()
+
+    def _close(self) -> None:
+        global _fan_out
+        if _fan_out is self:
+            _fan_out = None
+        for task in self.tasks:
+            task.cancel()
+        for stream in list(self.streams):
+            self._end(stream)
+
+    def _end(self, stream: Stream, last: str | None = None) -> None:
+        if last is not None:
+            stream.outbox.put_nowait(last)
+        stream.outbox.put_nowait(_END)
+        self.streams.discard(stream)
+
+    async def _ending_on_failure(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except Exception:
+            # Its clients reconnect (``retry``) to a new fan-out and resume from their
+            # Last-Event-ID; a token is never left unchecked.
+            logger.warning("event streams ended: reading the database failed", exc_info=True)
+            self._close()
+
+    async def _deliver(self) -> None:
+        while True:
+            # Cleared before the read: a commit or a stream joining during it reads again.
+            self.woken.clear()
+            if not await self._read_once():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.woken.wait(), POLL_SECONDS)
+
+    async def _read_once(self) -> bool:
+        """One read for each position its streams are at, each picked from as soon as it is
+        done; whether any stream moved on (more may be waiting behind a full batch)."""
+        now = time.monotonic()
+        at: dict[tuple[int, bool], list[Stream]] = {}
+        for stream in self.streams:
+            at.setdefault((stream.position, stream.passes_gap(now)), []).append(stream)
+        moved = await asyncio.gather(
+            *(
+                self._read_for(streams, after, pass_gap, now)
+                for (after, pass_gap), streams in at.items()
+            )
+        )
+        return any(moved)
+
+    async def _read_for(
+        self, streams: list[Stream], after: int, pass_gap: bool, now: float
+    ) -> bool:
+        read = await _events_found_async(after=after, pass_gap=pass_gap)
+        for stream in streams:
+            if stream not in self.streams:
+                continue  # left, or its token stopped working, during the read
+            for message in batch_for(read, stream.viewer, stream.flt).messages:
+                stream.outbox.put_nowait(message)
+            if read.position != after:
+                stream.position, stream.gap_since = read.position, None
+            elif read.at_gap and stream.gap_since is None:
+                stream.gap_since = now
+        return read.position != after
+
+    async def _recheck(self) -> None:
+        while True:
+            await asyncio.sleep(TOKEN_RECHECK_SECONDS)
+            tokens = {stream.raw_token for stream in self.streams}
+            viewers = await _viewers_async(tokens) if tokens else {}
+            for stream in list(self.streams):
+                # A stream that opened during the check keeps the viewer it opened with.
+                viewer = viewers.get(stream.raw_token, stream.viewer)
+                if viewer is None:
+                    self._end(
+                        stream, 'event: end\ndata: {"reason":"the token no longer works"}\n\n'
+                    )
+                else:
+                    stream.viewer = viewer
 
     async def _listen(self) -> None:
-        channel = await self.layer.new_channel()
-        # The embedded default's writers commit on other threads: their message must be sent on
-        # this loop to wake it (sessions.layer).
-        receive_group_on_this_loop(RUNS_GROUP)
-        receiving: asyncio.Future[Any] | None = None
-        try:
-            while True:
-                await self.layer.group_add(RUNS_GROUP, channel)
-                renew_at = self.loop.time() + GROUP_RENEW_SECONDS
-                while (left := renew_at - self.loop.time()) > 0:
-                    receiving = receiving or asyncio.ensure_future(self.layer.receive(channel))
-                    done, _ = await asyncio.wait({receiving}, timeout=left)
-                    if done:
-                        message = receiving.result()
-                        receiving = None
-                        if message.get("type") == "runs.changed":
-                            self._wake()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.warning("event streams poll only: the channel layer failed", exc_info=True)
-        finally:
-            if receiving is not None:
-                receiving.cancel()
-            stop_receiving_group_on_this_loop(RUNS_GROUP)
-            # Streams waiting now read at once rather than after their poll.
-            self._wake()
-            if not self.loop.is_closed():
-                self.loop.create_task(self._leave(channel))
-
-    async def _leave(self, channel: str) -> None:
-        try:
-            await self.layer.group_discard(RUNS_GROUP, channel)
-        except Exception:
-            logger.warning("could not leave the runs group", exc_info=True)
+        """Wakes the fan-out on every message of the runs group; after a failure of the
+        channel layer, polls alone serve for a while before it joins again."""
+        layer = get_channel_layer()
+        while layer is not None:
+            channel = ""
+            receiving: asyncio.Future[Any] | None = None
+            # The embedded default's writers commit on other threads: their message must be
+            # sent on this loop to wake it (sessions.layer).
+            receive_group_on_this_loop(RUNS_GROUP)
+            try:
+                channel = await layer.new_channel()
+                while True:
+                    await layer.group_add(RUNS_GROUP, channel)
+                    renew_at = self.loop.time() + GROUP_RENEW_SECONDS
+                    while (left := renew_at - self.loop.time()) > 0:
+                        receiving = receiving or asyncio.ensure_future(layer.receive(channel))
+                        done, _ = await asyncio.wait({receiving}, timeout=left)
+                        if done:
+                            message = receiving.result()
+                            receiving = None
+                            if message.get("type") == "runs.changed":
+                                self.woken.set()
+            except Exception:
+                logger.warning("event streams poll only: the channel layer failed", exc_info=True)
+            finally:
+                if receiving is not None:
+                    receiving.cancel()
+                stop_receiving_group_on_this_loop(RUNS_GROUP)
+                # Streams waiting now read at once rather than after their poll.
+                self.woken.set()
+                if channel and not self.loop.is_closed():
+                    self.loop.create_task(_leave(layer, channel))
+            await asyncio.sleep(HEARTBEAT_SECONDS)
 
 
-_listener: CommitListener | None = None
-_listener_failed_at = float("-inf")
-
-
-def _listener_joined() -> CommitListener | None:
-    """The running loop's listener, started if need be, counting the caller among its streams;
-    None without a channel layer, or for a while after it failed."""
-    global _listener, _listener_failed_at
-    layer = get_channel_layer()
-    if layer is None:
-        return None
-    listener = _listener
-    if listener is not None and listener.task.done() and not listener.task.cancelled():
-        _listener_failed_at, listener = time.monotonic(), None
-    if listener is None or listener.loop is not asyncio.get_running_loop():
-        if time.monotonic() - _listener_failed_at < HEARTBEAT_SECONDS:
-            return None
-        listener = _listener = CommitListener(layer)
-    listener.streams += 1
-    return listener
-
-
-def _listener_left(listener: CommitListener | None) -> None:
-    global _listener
-    if listener is None:
-        return
-    listener.streams -= 1
-    if listener.streams <= 0 and listener is _listener:
-        listener.task.cancel()
-        _listener = None
-
-
-# Reads under way, by the position they read after, whether they pass a gap, and the wake they
-# follow: streams woken by the same commit at the same position share one read, and a stream
-# woken by a later commit never takes a read begun before it.
-_reads: dict[tuple[int, bool, asyncio.Event | None], asyncio.Future[Read]] = {}
-
-
-async def _read_shared(after: int, pass_gap: bool, committed: asyncio.Event | None) -> Read:
-    key = (after, pass_gap, committed)
-    pending = _reads.get(key)
-    if pending is None or pending.get_loop() is not asyncio.get_running_loop():
-        pending = asyncio.ensure_future(_events_found_async(after=after, pass_gap=pass_gap))
-        _reads[key] = pending
-
-        def forget(done: asyncio.Future[Read], key: Any = key) -> None:
-            if _reads.get(key) is done:
-                del _reads[key]
-
-        pending.add_done_callback(forget)
-    # Shielded: a stream whose client leaves must not cancel the read the others wait for.
-    return await asyncio.shield(pending)
-
-
-async def _committed_or_poll(committed: asyncio.Event | None) -> None:
+async def _leave(layer: Any, channel: str) -> None:
     try:
-        if committed is None:
-            await asyncio.sleep(POLL_SECONDS)
-        else:
-            await asyncio.wait_for(committed.wait(), POLL_SECONDS)
-    except TimeoutError:
-        pass
+        await layer.group_discard(RUNS_GROUP, channel)
+    except Exception:
+        logger.warning("could not leave the runs group", exc_info=True)
 
 
-async def stream(*, raw_token: str, after: int, flt: StreamFilter) -> AsyncIterator[str]:
-    """The SSE body: events as they are written, a keepalive comment when there are none."""
-    listener = _listener_joined()
-    try:
-        async for chunk in _stream(listener, raw_token=raw_token, after=after, flt=flt):
-            yield chunk
-    finally:
-        _listener_left(listener)
+_fan_out: FanOut | None = None
 
 
-async def _stream(
-    listener: CommitListener | None, *, raw_token: str, after: int, flt: StreamFilter
+def _this_loops_fan_out() -> FanOut | None:
+    fan_out = _fan_out
+    return fan_out if fan_out is not None and fan_out.loop is asyncio.get_running_loop() else None
+
+
+def _streams_open(principal: str) -> int:
+    """The token's streams open in this server process (an OAuth client's access tokens count
+    as one)."""
+    fan_out = _this_loops_fan_out()
+    return 0 if fan_out is None else fan_out.open_for(principal)
+
+
+async def stream(
+    *, raw_token: str, viewer: Viewer, after: int, flt: StreamFilter
 ) -> AsyncIterator[str]:
-    position = after
-    # Tell the client how soon to reconnect; the first bytes also open the response at once.
-    yield f"retry: {int(POLL_SECONDS * 3000)}\n\n"
-    quiet_since = time.monotonic()
-    gap_since: float | None = None
-    viewer: Viewer | None = None
-    checked_at = float("-inf")
-    while True:
-        waited_out = gap_since is not None and time.monotonic() - gap_since >= GAP_GRACE_SECONDS
-        # Taken before the read: a commit during it wakes the wait below at once.
-        committed = (
-            listener.committed if listener is not None and not listener.task.done() else None
-        )
-        if viewer is None or time.monotonic() - checked_at >= TOKEN_RECHECK_SECONDS:
-            viewer, checked_at = await _viewer_async(raw_token), time.monotonic()
-            if viewer is None:
-                yield 'event: end\ndata: {"reason":"the token no longer works"}\n\n'
+    """The SSE body: events as the fan-out picks them, a keepalive comment when there are none.
+    Counted among the token's open streams from its first chunk until the client leaves."""
+    global _fan_out
+    fan_out = _this_loops_fan_out()
+    if fan_out is None:
+        fan_out = _fan_out = FanOut()
+    mine = Stream(raw_token, viewer.context.principal, flt, viewer, position=after)
+    fan_out.join(mine)
+    try:
+        # Tell the client how soon to reconnect; the first bytes also open the response at once.
+        yield f"retry: {int(POLL_SECONDS * 3000)}\n\n"
+        while True:
+            try:
+                async with asyncio.timeout(HEARTBEAT_SECONDS):
+                    message = await mine.outbox.get()
+            except TimeoutError:
+                yield ": keepalive\n\n"
+                continue
+            if message is _END:
                 return
-        batch = batch_for(await _read_shared(position, waited_out, committed), viewer, flt)
-        for message in batch.messages:
             yield message
-        if batch.messages:
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= HEARTBEAT_SECONDS:
-            yield ": keepalive\n\n"
-            quiet_since = time.monotonic()
-        if batch.position != position:
-            position = batch.position
-            gap_since = None
-            continue  # more may be waiting behind a full batch
-        if batch.at_gap and gap_since is None:
-            gap_since = time.monotonic()
-        await _committed_or_poll(committed)
+    finally:
+        fan_out.leave(mine)
 
 
 def _bearer(request: HttpRequest) -> str:
@@ -537,13 +586,14 @@ async def events_response(request: HttpRequest) -> HttpResponse | StreamingHttpR
         problem = Problem(405, "only GET streams events", headers={"Allow": "GET"})
         return problems.render(request, problem)
     raw_token = _bearer(request)
-    context = await _authenticate_async(raw_token) if raw_token else None
-    if context is None:
+    viewer = await _viewer_async(raw_token) if raw_token else None
+    if viewer is None:
         detail = await _refusal_async(raw_token) if raw_token else BEARER_NEEDED
         return problems.render(
             request,
             Problem(401, detail, headers={"WWW-Authenticate": 'Bearer realm="pandaweb"'}),
         )
+    context = viewer.context
     verdict = ratelimit.check(
         ratelimit.default_counter(),
         context.principal,
@@ -559,7 +609,7 @@ async def events_response(request: HttpRequest) -> HttpResponse | StreamingHttpR
                 headers={"Retry-After": str(verdict.retry_after)},
             ),
         )
-    if _open_streams[context.principal] >= STREAMS_PER_TOKEN:
+    if _streams_open(context.principal) >= STREAMS_PER_TOKEN:
         return problems.render(
             request,
             Problem(
@@ -584,7 +634,7 @@ async def events_response(request: HttpRequest) -> HttpResponse | StreamingHttpR
         # A new subscriber hears what happens from now on; a resuming one, everything it missed.
         after = await _latest_id_async()
     response = StreamingHttpResponse(
-        _counted(context.principal, stream(raw_token=raw_token, after=after, flt=flt)),
+        stream(raw_token=raw_token, viewer=viewer, after=after, flt=flt),
         content_type="text/event-stream",
     )
     response["Cache-Control"] = "no-cache"

@@ -123,13 +123,21 @@ def token_authenticate(raw: str) -> TokenContext | None:
     Costs one query for the token and its owner, one for the owner's permissions, and for an API
     token at most one write a minute for ``last_used_at``. Idempotent apart from that timestamp.
     """
-    if len(raw) > _MAX_BEARER_CHARS:
-        return None
-    if raw.startswith(OAUTH_PREFIX):
-        return _access_token_authenticate(raw)
-    if raw.startswith(PREFIX):
-        return _api_token_authenticate(raw)
-    return None
+    return tokens_authenticate([raw])[raw]
+
+
+def tokens_authenticate(raws: Iterable[str]) -> dict[str, TokenContext | None]:
+    """``token_authenticate`` for many tokens at once (a server re-checks every open event
+    stream's each second): the same answer for each, for one query for all the API tokens and
+    their owners, one per owner for their permissions, and one or two per OAuth access token.
+    Idempotent apart from ``last_used_at``."""
+    found: dict[str, TokenContext | None] = dict.fromkeys(raws)
+    usable = [raw for raw in found if len(raw) <= _MAX_BEARER_CHARS]
+    found.update(_api_tokens_authenticate([raw for raw in usable if raw.startswith(PREFIX)]))
+    for raw in usable:
+        if raw.startswith(OAUTH_PREFIX):
+            found[raw] = _access_token_authenticate(raw)
+    return found
 
 
 def _context(
@@ -138,14 +146,15 @@ def _context(
     name: str,
     kind: str,
     user: User,
+    held: frozenset[str],
     granted: Iterable[str],
     principal: str,
     client_id: str = "",
     expires_at: datetime | None = None,
 ) -> TokenContext:
-    """What a token may do now: its grant, narrowed to what the owner's role allows today."""
+    """What a token may do now: its grant, narrowed to the capabilities the owner's role holds
+    today (``held``, from ``_capabilities``)."""
     scopes = frozenset(Scope(s) for s in granted if s in Scope._value2member_map_)
-    held = _capabilities(user)
     return TokenContext(
         token_id=token_id,
         name=name,
@@ -159,31 +168,40 @@ def _context(
     )
 
 
-def _api_token_authenticate(raw: str) -> TokenContext | None:
-    token = (
-        ApiToken.objects.select_related("user")
-        .filter(secret_sha256=hash_secret(raw), revoked_at__isnull=True)
-        .first()
+def _api_tokens_authenticate(raws: list[str]) -> dict[str, TokenContext]:
+    """The API tokens of ``raws`` that work, by their secret; the others are left out."""
+    if not raws:
+        return {}
+    by_hash = {hash_secret(raw): raw for raw in raws}
+    tokens = ApiToken.objects.select_related("user").filter(
+        secret_sha256__in=by_hash, revoked_at__isnull=True
     )
     now = timezone.now()
-    if token is None or not token.user.is_active:
-        return None
-    if token.expires_at is not None and token.expires_at <= now:
-        return None
-    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
-        # Conditional: of two processes seeing the same stale time, one writes.
-        ApiToken.objects.filter(pk=token.pk, last_used_at=token.last_used_at).update(
-            last_used_at=now
+    held: dict[int, frozenset[str]] = {}
+    found: dict[str, TokenContext] = {}
+    for token in tokens:
+        if not token.user.is_active:
+            continue
+        if token.expires_at is not None and token.expires_at <= now:
+            continue
+        if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
+            # Conditional: of two processes seeing the same stale time, one writes.
+            ApiToken.objects.filter(pk=token.pk, last_used_at=token.last_used_at).update(
+                last_used_at=now
+            )
+        if token.user_id not in held:
+            held[token.user_id] = _capabilities(token.user)
+        found[by_hash[token.secret_sha256]] = _context(
+            token_id=token.pk,
+            name=token.name,
+            kind=token.kind,
+            user=token.user,
+            held=held[token.user_id],
+            granted=token.scopes,
+            principal=f"token:{token.pk}",
+            expires_at=token.expires_at,
         )
-    return _context(
-        token_id=token.pk,
-        name=token.name,
-        kind=token.kind,
-        user=token.user,
-        granted=token.scopes,
-        principal=f"token:{token.pk}",
-        expires_at=token.expires_at,
-    )
+    return found
 
 
 def _held(capability: Capability | None, held: frozenset[str]) -> bool:
@@ -215,6 +233,7 @@ def _access_token_authenticate(raw: str) -> TokenContext | None:
         name=application.name,
         kind="oauth",
         user=application.user,
+        held=_capabilities(application.user),
         granted=access.scope.split(),
         principal=f"oauth-client:{client.pk}",
         client_id=application.client_id,

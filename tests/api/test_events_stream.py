@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -21,6 +20,8 @@ from django.utils import timezone
 
 from approvals.models import Question
 from pandaweb.api import events_stream
+from pandaweb.api.models import ApiToken
+from pandaweb.api.services import hash_secret, token_revoke
 from pandaweb.core.roles import Role
 from sessions import services
 from sessions.models import Run, RunEvent
@@ -39,10 +40,10 @@ INPUTS = {"invoice": "INV-1001", "amount": "12.00"}
 
 
 @pytest.fixture(autouse=True)
-def quick_polls_and_a_fresh_stream_count(monkeypatch: pytest.MonkeyPatch) -> None:
+def quick_polls_and_a_fresh_fan_out(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(events_stream, "POLL_SECONDS", 0.02)
     # Test responses are left to the garbage collector, and SQLite hands token ids out again.
-    monkeypatch.setattr(events_stream, "_open_streams", Counter())
+    monkeypatch.setattr(events_stream, "_fan_out", None)
 
 
 def launch(user: User, workflow: Workflow) -> Run:
@@ -369,14 +370,11 @@ async def test_a_commit_wakes_every_waiting_stream_before_its_poll(
     streams = [await asgi_stream(token) for _ in range(2)]
     while len(polls_far_apart) < len(streams):
         await asyncio.sleep(0)  # until both have read once and wait for their poll
-    # One subscription to the channel layer serves every stream of the process.
-    listener = events_stream._listener
-    assert listener is not None
-    assert listener.streams == len(streams)
+    # One fan-out, with one subscription to the channel layer, serves every stream of the process.
+    fan_out = events_stream._fan_out
+    assert fan_out is not None
+    assert len(fan_out.streams) == len(streams)
 
-    # Tokens checked when the streams opened, not again at the wake: nothing comes between a
-    # stream's waking and its read.
-    monkeypatch.setattr(events_stream, "TOKEN_RECHECK_SECONDS", 60.0)
     read_after: list[int] = []
     find = events_stream._events_found_async
 
@@ -398,8 +396,9 @@ async def test_a_commit_wakes_every_waiting_stream_before_its_poll(
     for app in streams:
         await app.send_input({"type": "http.disconnect"})
         await app.wait(timeout=10)
-    assert events_stream._listener is None
-    assert listener.task.cancelled()
+    assert events_stream._fan_out is None
+    await asyncio.gather(*fan_out.tasks, return_exceptions=True)
+    assert all(task.cancelled() for task in fan_out.tasks)
 
 
 async def test_an_event_the_channel_layer_never_told_of_arrives_at_the_next_poll(
@@ -421,3 +420,51 @@ async def test_an_event_the_channel_layer_never_told_of_arrives_at_the_next_poll
     event_id = await written_without_a_message()
     assert (await next_event(response))["id"] == event_id
     await response.streaming_content.aclose()
+
+
+async def test_a_revoked_token_ends_its_streams_within_a_recheck(
+    operator: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(events_stream, "TOKEN_RECHECK_SECONDS", 0.05)
+    token = await sync_to_async(make_token)(operator)
+    kept = await sync_to_async(make_token)(operator)
+    revoked = [await asgi_stream(token) for _ in range(2)]
+    other = await asgi_stream(kept)
+
+    @sync_to_async
+    def revoke() -> None:
+        token_revoke(
+            token_id=ApiToken.objects.get(secret_sha256=hash_secret(token)).pk, actor=operator
+        )
+
+    await revoke()
+    for app in revoked:
+        body = (await app.receive_output(timeout=5))["body"].decode()
+        assert body == 'event: end\ndata: {"reason":"the token no longer works"}\n\n'
+        assert not (await app.receive_output(timeout=5)).get("more_body")  # the response ends
+    # The other token's stream goes on.
+    fan_out = events_stream._fan_out
+    assert fan_out is not None
+    assert [stream.raw_token for stream in fan_out.streams] == [kept]
+    await other.send_input({"type": "http.disconnect"})
+    await other.wait(timeout=10)
+
+
+def test_the_fan_out_checks_every_token_of_its_streams_in_a_few_queries(
+    operator: User, django_assert_max_num_queries: Any
+) -> None:
+    tokens = [make_token(operator) for _ in range(13)]
+    revoked = make_token(operator)
+    token_revoke(
+        token_id=ApiToken.objects.get(secret_sha256=hash_secret(revoked)).pk, actor=operator
+    )
+    events_stream.viewers_get([*tokens, revoked])  # last_used_at written: at most once a minute
+
+    # One for the tokens and their owner, one for the owner's permissions, one for their groups.
+    with django_assert_max_num_queries(3):
+        viewers = events_stream.viewers_get([*tokens, revoked, "pw_unknown"])
+
+    assert viewers[revoked] is None
+    assert viewers["pw_unknown"] is None
+    assert {viewers[token].context.user for token in tokens} == {operator}  # type: ignore[union-attr]
+    assert all(Role.OPERATORS.value in viewers[token].groups for token in tokens)  # type: ignore[union-attr]
