@@ -30,7 +30,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
@@ -42,6 +42,9 @@ from pandaweb.api.problems import Problem
 from pandaweb.api.scopes import Scope
 from pandaweb.api.services import BEARER_NEEDED, TokenContext, token_refusal, tokens_authenticate
 from pandaweb.core.consumers import read_only
+from pandaweb.core.models import Membership
+from pandaweb.core.permissions import in_teams
+from pandaweb.core.roles import ROLE_CAPABILITIES, Capability
 from sessions.events import RUNS_GROUP
 from sessions.layer import receive_group_on_this_loop, stop_receiving_group_on_this_loop
 from sessions.models import Run, RunEvent
@@ -79,6 +82,7 @@ class Found:
     pk: int
     run_id: int
     workflow_id: int
+    team_id: int | None
     launched_by_id: int | None
     type: str
     to: str | None
@@ -98,10 +102,21 @@ class Read:
 
 @dataclass(frozen=True)
 class Viewer:
-    """A stream's token as last checked, with its owner's groups (whom questions ask)."""
+    """A stream's token as last checked, with its owner's groups (whom questions ask) and the
+    teams whose runs and approvals the owner may see (None: every team)."""
 
     context: TokenContext
     groups: frozenset[str]
+    run_teams: frozenset[int] | None = None
+    approval_teams: frozenset[int] | None = None
+    # (team id, role) of each team membership: a question asked of a role reaches its members
+    # in the run's team.
+    team_roles: frozenset[tuple[int, str]] = frozenset()
+
+    def sees(self, kind: str, found: Found) -> bool:
+        """The team rule (``pandaweb.core.permissions.teams_where``) for one event."""
+        teams = self.approval_teams if kind == "approval.requested" else self.run_teams
+        return teams is None or found.team_id in teams
 
 
 @dataclass(frozen=True)
@@ -232,6 +247,7 @@ def events_found(*, after: int, pass_gap: bool = False) -> Read:
                 pk=event.pk,
                 run_id=event.run_id,
                 workflow_id=event.run.workflow_id,
+                team_id=event.run.team_id,
                 launched_by_id=event.run.launched_by_id,
                 type=event.type,
                 to=to,
@@ -247,14 +263,55 @@ def viewers_get(raw_tokens: Iterable[str]) -> dict[str, Viewer | None]:
     switched off): what ``token_authenticate`` says of each, in one go for all, and one query
     for the owners' groups."""
     contexts = tokens_authenticate(raw_tokens)
-    owners = {context.user.pk for context in contexts.values() if context is not None}
+    owners = {context.user.pk: context.user for context in contexts.values() if context}
     groups: dict[int, set[str]] = {owner: set() for owner in owners}
     memberships = User.groups.through.objects.filter(user_id__in=owners)
     for user_id, name in memberships.values_list("user_id", "group__name"):
         groups[user_id].add(name)
+    reach = _team_reach(owners)
     return {
-        raw: None if context is None else Viewer(context, frozenset(groups[context.user.pk]))
+        raw: None
+        if context is None
+        else Viewer(context, frozenset(groups[context.user.pk]), *reach[context.user.pk])
         for raw, context in contexts.items()
+    }
+
+
+TeamReach = tuple[frozenset[int] | None, frozenset[int] | None, frozenset[tuple[int, str]]]
+
+
+def _team_reach(owners: dict[int, User]) -> dict[int, TeamReach]:
+    """``teams_where`` for runs and approvals of every owner at once, in three queries whatever
+    the number of streams: the owners' global capabilities (through groups and their own), and
+    their team memberships."""
+    wanted = (Capability.VIEW_RUNS.value, Capability.VIEW_APPROVALS.value)
+    core = Permission.objects.filter(content_type__app_label="core", codename__in=wanted)
+    held: dict[int, set[str]] = {owner: set() for owner in owners}
+    for user_id, codename in core.filter(group__user__in=owners).values_list(
+        "group__user", "codename"
+    ):
+        held[user_id].add(codename)
+    for user_id, codename in core.filter(user__in=owners).values_list("user", "codename"):
+        held[user_id].add(codename)
+    roles: dict[int, set[tuple[int, str]]] = {owner: set() for owner in owners}
+    for user_id, team_id, role in Membership.objects.filter(user_id__in=owners).values_list(
+        "user_id", "team_id", "role"
+    ):
+        roles[user_id].add((team_id, role))
+
+    def teams(owner: int, capability: Capability) -> frozenset[int] | None:
+        if owners[owner].is_superuser or capability.value in held[owner]:
+            return None
+        granting = {role.value for role, caps in ROLE_CAPABILITIES.items() if capability in caps}
+        return frozenset(team for team, role in roles[owner] if role in granting)
+
+    return {
+        owner: (
+            teams(owner, Capability.VIEW_RUNS),
+            teams(owner, Capability.VIEW_APPROVALS),
+            frozenset(roles[owner]),
+        )
+        for owner in owners
     }
 
 
@@ -269,7 +326,9 @@ def batch_for(read: Read, viewer: Viewer, flt: StreamFilter) -> Batch:
         if not flt.selects(found):
             continue
         kind = _kind(found, viewer.context)
-        if kind is None or (kind == "question.asked" and not _asked_of(viewer, found)):
+        if kind is None or not viewer.sees(kind, found):
+            continue
+        if kind == "question.asked" and not _asked_of(viewer, found):
             continue
         fullest = kind == _fullest_kind(found.type, found.to)
         data = found.data if fullest else _status_only(found.data)
@@ -295,15 +354,17 @@ def _asked_of(viewer: Viewer, found: Found) -> bool:
         return False
     if found.asks == "launcher":
         return found.launched_by_id == viewer.context.user.pk
-    return found.asks in viewer.groups
+    return found.asks in viewer.groups or (found.team_id, found.asks) in viewer.team_roles
 
 
 def _latest_id() -> int:
     return RunEvent.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
 
 
-def _workflow_ids(slugs: set[str]) -> dict[str, int]:
-    return dict(Workflow.objects.filter(slug__in=slugs).values_list("slug", "pk"))
+def _workflow_ids(slugs: set[str], user: User) -> dict[str, int]:
+    # Another team's workflow is named as a missing one is.
+    visible = in_teams(Workflow.objects.filter(slug__in=slugs), user, Capability.VIEW_WORKFLOWS)
+    return dict(visible.values_list("slug", "pk"))
 
 
 _refusal_async = read_only(token_refusal)
@@ -553,14 +614,14 @@ def _invalid(field_name: str, message: str) -> Problem:
     )
 
 
-async def _stream_filter(request: HttpRequest) -> StreamFilter:
+async def _stream_filter(request: HttpRequest, user: User) -> StreamFilter:
     run_ids: set[int] = set()
     for text in _values(request, "run"):
         if not text.isdigit():
             raise _invalid("run", f"{text!r} is not a run id")
         run_ids.add(int(text))
     slugs = set(_values(request, "workflow"))
-    found = await _workflow_ids_async(slugs) if slugs else {}
+    found = await _workflow_ids_async(slugs, user) if slugs else {}
     unknown = sorted(slugs - found.keys())
     if unknown:
         raise _invalid("workflow", f"no workflow has the slug {unknown[0]!r}")
@@ -626,7 +687,7 @@ async def events_response(request: HttpRequest) -> HttpResponse | StreamingHttpR
             Problem(403, f"this token needs one of the scopes {names}", type="missing-scope"),
         )
     try:
-        flt = await _stream_filter(request)
+        flt = await _stream_filter(request, context.user)
         after = _resume_from(request)
     except Problem as problem:
         return problems.render(request, problem)

@@ -27,7 +27,7 @@ from sessions import services
 from sessions.models import Run, RunEvent
 from sessions.services.records import event_append, lock_run
 from tests.api.conftest import make_token
-from tests.factories import user_with_role
+from tests.factories import member_of, team_make, user_with_role
 from tests.sessions.conftest import EXAMPLE, publish
 from workflows.models import Workflow
 
@@ -460,11 +460,43 @@ def test_the_fan_out_checks_every_token_of_its_streams_in_a_few_queries(
     )
     events_stream.viewers_get([*tokens, revoked])  # last_used_at written: at most once a minute
 
-    # One for the tokens and their owner, one for the owner's permissions, one for their groups.
-    with django_assert_max_num_queries(3):
+    # However many tokens: one for the tokens and their owner, two for the owner's capabilities
+    # (permissions, team roles), one for their groups, three for the teams they see (global
+    # capabilities through groups and their own, memberships).
+    with django_assert_max_num_queries(7):
         viewers = events_stream.viewers_get([*tokens, revoked, "pw_unknown"])
 
     assert viewers[revoked] is None
     assert viewers["pw_unknown"] is None
     assert {viewers[token].context.user for token in tokens} == {operator}  # type: ignore[union-attr]
     assert all(Role.OPERATORS.value in viewers[token].groups for token in tokens)  # type: ignore[union-attr]
+
+
+def two_teams(workflow: Workflow) -> tuple[User, User]:
+    """Moves ``workflow`` to team B; a team-A and a team-B operator."""
+    team_b = team_make("team-b")
+    Workflow.objects.filter(pk=workflow.pk).update(team=team_b)
+    return member_of(team_make("team-a"), Role.OPERATORS), member_of(team_b, Role.OPERATORS)
+
+
+async def test_a_stream_hears_only_its_owners_teams(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    team_a, team_b = await sync_to_async(two_teams)(demo_workflow)
+    theirs = await sync_to_async(launch)(team_b, demo_workflow)
+    outsider = await open_stream(await sync_to_async(make_token)(team_a), f"?run={theirs.pk}")
+    insider = await open_stream(await sync_to_async(make_token)(team_b))
+    missing = await open_stream(
+        await sync_to_async(make_token)(team_a), "?workflow=acme-pay-invoice"
+    )
+
+    await step_done(theirs.pk, 0)
+
+    assert (await next_event(insider))["run"] == theirs.pk
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(next_event(outsider), timeout=1)
+    # Another team's workflow is named as a missing one is.
+    assert missing.status_code == 422
+    assert "no workflow has the slug 'acme-pay-invoice'" in missing.content.decode()
+    await insider.streaming_content.aclose()
+    await outsider.streaming_content.aclose()

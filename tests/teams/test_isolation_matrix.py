@@ -200,7 +200,6 @@ RULES: dict[str, tuple[Endpoint, ...]] = {
     "api:batch_launch": (obj("/api/v1/batches/", "POST", workflow="{slug}", rows=[{}]),),
     "api:batch_get": (obj("/api/v1/batches/{batch}"),),
     "api:batch_outputs": (obj("/api/v1/batches/{batch}/outputs.csv"),),
-    "api:events": (listing("/api/v1/events?last_event_id=0&until_quiet=1"),),
 }  # fmt: skip
 
 OWN = "the person's own account, not a team's data"
@@ -247,6 +246,7 @@ INSTALLATION: dict[str, str] = {
     "api:credential_create": POST_FORM,
     "api:batch_launch_csv": "a CSV batch: the same service and rule as api:batch_launch",
     "audit:verify": "answers whether the trail the person may read verifies, and where not: no event's content",
+    "api:events": "a stream that never ends on its own: its team rule is tests/api/test_events_stream.py::test_a_stream_hears_only_its_owners_teams",
     "api:audit_verify": "verifies the caller's own file; reads no stored team data",
     "api:token_list": OWN,
     "api:token_create": OWN,
