@@ -343,15 +343,15 @@ def fill(value: Any, ids: dict[str, Any]) -> Any:
 def ask(client: Client, token: str, endpoint: Endpoint, ids: dict[str, Any]) -> tuple[int, str]:
     path = endpoint.path.format(**ids)
     body = fill(endpoint.body, ids)
-    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if endpoint.api else {}
+    headers = {"Authorization": f"Bearer {token}"} if endpoint.api else {}
     method = getattr(client, endpoint.method.lower())
     if endpoint.api and endpoint.method != "GET":
-        response = method(path, data=json.dumps(body), content_type="application/json", **headers)
-    elif endpoint.method == "GET":
-        response = client.get(path, **headers)
+        response = method(
+            path, data=json.dumps(body), content_type="application/json", headers=headers
+        )
     else:
-        response = method(path, data=body, **headers)
-    content = b"".join(response) if response.streaming else response.content  # type: ignore[attr-defined]
+        response = method(path, data=body or None, headers=headers)
+    content = b"".join(response) if response.streaming else response.content
     return response.status_code, content.decode("utf-8", "replace")
 
 
