@@ -51,6 +51,8 @@ def test_it_refuses_the_reviewer_who_approved_the_action(uncertain: ApprovalRequ
 def test_it_refuses_the_launcher_even_with_a_reviewers_role(uncertain: ApprovalRequest) -> None:
     launcher = uncertain.run.launched_by
     launcher.groups.add(*user_with_role(Role.REVIEWERS).groups.all())
+    # Afresh, as a request loads them: the launching cached their permissions on the object.
+    launcher = User.objects.get(pk=launcher.pk)
 
     with pytest.raises(services.RunError, match="you launched this run"):
         reconcile(uncertain, launcher)

@@ -9,11 +9,12 @@ from datetime import timedelta
 from typing import Any
 
 import yaml
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 from django.utils import timezone
 
+from pandaweb.core.roles import Role
 from pandaweb.core.services import roles_sync
 from sessions.models import Run, StepResult, run_search_text
 from workflows import services as workflow_services
@@ -66,6 +67,8 @@ class Command(BaseCommand):
 
     def _user(self, name: str) -> User:
         user, _ = User.objects.get_or_create(username=name)
+        # Operators in every team: the seed's workflows are written and launched as them.
+        user.groups.add(Group.objects.get(name=Role.OPERATORS.value))
         return user
 
     def _version(self, name: str, user: User) -> WorkflowVersion:
