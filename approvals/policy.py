@@ -6,7 +6,7 @@ from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 
 from approvals.models import ApprovalRequest
-from pandaweb.core.permissions import people_with, user_can
+from pandaweb.core.permissions import is_admin, people_with, user_can
 from pandaweb.core.roles import Capability, Role
 
 
@@ -52,7 +52,7 @@ def approval_refusal(user: User, approval: ApprovalRequest) -> str | None:
         if user_can(user, Capability.DECIDE_APPROVALS):
             return "you may not decide approvals of another team's runs"
         return "you are not allowed to decide approvals"
-    admin = user.is_superuser or user.groups.filter(name=Role.ADMINS.value).exists()
+    admin = is_admin(user)
     deciders = _deciding_groups(approval)
     if (
         not admin

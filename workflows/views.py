@@ -13,8 +13,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 
 from pandaweb.core.http import AuthenticatedRequest
-from pandaweb.core.permissions import capability_required, user_can
-from pandaweb.core.roles import Capability, Role
+from pandaweb.core.permissions import capability_required, is_admin, user_can
+from pandaweb.core.roles import Capability
 from sessions import selectors as session_selectors
 from sessions.engine.steps.language import Target
 from workflows import selectors, services
@@ -219,9 +219,7 @@ def workflow_settings(request: AuthenticatedRequest, slug: str) -> HttpResponse:
     form.fields["credentials"].queryset = Credential.objects.filter(  # type: ignore[attr-defined]
         team=workflow.team
     ).order_by("name")
-    if not (
-        request.user.is_superuser or request.user.groups.filter(name=Role.ADMINS.value).exists()
-    ):
+    if not is_admin(request.user):
         # Offering a workflow to AI agents is an administrator's call (the service checks too).
         form.fields["offer_as_tool"].disabled = True
     if request.method == "POST" and form.is_valid():

@@ -27,7 +27,7 @@ from pandaweb.api.models import ApiToken, OAuthClient, ServiceAccount
 from pandaweb.api.scopes import SCOPE_CAPABILITY, Scope
 from pandaweb.audit.services import audit_record
 from pandaweb.core.models import Membership
-from pandaweb.core.permissions import user_can
+from pandaweb.core.permissions import is_admin, user_can
 from pandaweb.core.roles import ROLE_CAPABILITIES, Capability, Role
 
 PREFIX = "pw_"
@@ -278,7 +278,7 @@ def _new_secret() -> str:
 
 def may_manage_service_accounts(user: User) -> bool:
     """Admins make service accounts and their tokens, and revoke anyone's tokens."""
-    return user.is_superuser or user.groups.filter(name=Role.ADMINS.value).exists()
+    return is_admin(user)
 
 
 def _check_scopes(

@@ -20,11 +20,8 @@ from pandaweb.api import services
 from pandaweb.api.models import ApiToken, OAuthClient, ServiceAccount
 from pandaweb.api.scopes import SCOPE_LABELS, Scope
 from pandaweb.core.http import AuthenticatedRequest
+from pandaweb.core.permissions import is_admin
 from pandaweb.core.roles import Role
-
-
-def _is_admin(user: User) -> bool:
-    return user.is_superuser or user.groups.filter(name=Role.ADMINS.value).exists()
 
 
 def _expiry(text: str) -> datetime | None:
@@ -99,7 +96,7 @@ def token_index(request: AuthenticatedRequest) -> HttpResponse:
 @require_POST
 def token_revoke(request: AuthenticatedRequest, token_id: int) -> HttpResponse:
     token = ApiToken.objects.filter(pk=token_id).first()
-    if token is None or (token.user_id != request.user.pk and not _is_admin(request.user)):
+    if token is None or (token.user_id != request.user.pk and not is_admin(request.user)):
         raise Http404("no such token")
     services.token_revoke(token_id=token.pk, actor=request.user)
     messages.success(request, f"Token “{token.name}” revoked.")
@@ -110,7 +107,7 @@ def token_revoke(request: AuthenticatedRequest, token_id: int) -> HttpResponse:
 
 @require_POST
 def oauth_client_revoke(request: AuthenticatedRequest, client_pk: int) -> HttpResponse:
-    if not _is_admin(request.user):
+    if not is_admin(request.user):
         raise Http404("no such OAuth client")
     client = OAuthClient.objects.select_related("application").filter(pk=client_pk).first()
     if client is None:
@@ -123,7 +120,7 @@ def oauth_client_revoke(request: AuthenticatedRequest, client_pk: int) -> HttpRe
 @require_http_methods(["GET", "POST"])
 def service_account_index(request: AuthenticatedRequest) -> HttpResponse:
     """Admins: service accounts (users for other systems) and their tokens."""
-    if not _is_admin(request.user):
+    if not is_admin(request.user):
         raise PermissionDenied("service accounts are managed by admins")
     raw: str = ""
     new_client: dict[str, str] = {}

@@ -11,7 +11,7 @@ from django.db import transaction
 from pydantic import ValidationError
 
 from pandaweb.audit.services import audit_record
-from pandaweb.core.roles import Role
+from pandaweb.core.permissions import is_admin
 from workflows.hosts import HostPatternError, parse_host_pattern
 from workflows.models import Credential, Workflow, WorkflowVersion
 from workflows.schema import (
@@ -149,11 +149,7 @@ def workflow_update_settings(
     """
     workflow = lock_workflow(workflow_id, user=user)
     refuse_archived(workflow)
-    if (
-        offer_as_tool is not None
-        and offer_as_tool != workflow.offer_as_tool
-        and not (user.is_superuser or user.groups.filter(name=Role.ADMINS.value).exists())
-    ):
+    if offer_as_tool is not None and offer_as_tool != workflow.offer_as_tool and not is_admin(user):
         raise WorkflowError(
             "invalid settings",
             {"offer_as_tool": ["Only an administrator offers a workflow to AI agents."]},
