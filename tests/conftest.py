@@ -14,10 +14,11 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 from pytest_django.fixtures import Settings
 
+from pandaweb.core.models import Team
 from pandaweb.core.roles import Role
 from pandaweb.demo_portal.server import PortalServer, make_server
 from sessions.engine.chromium import HEADLESS_ARGS, find_chromium
-from tests.factories import user_with_role
+from tests.factories import member_of, team_make, user_with_role
 
 # Test modules import the ASGI application; as the embedded worker it would run housekeeping
 # (reapers, schedules, webhook retries on timers) inside pytest against whatever test holds the
@@ -156,6 +157,27 @@ def run_files_in_tmp(settings: Settings, tmp_path: Path) -> Path:
 @pytest.fixture
 def reviewer(db: None) -> User:
     return user_with_role(Role.REVIEWERS, username="rory", email="rory@example.test")
+
+
+# Two teams and an operator in each: the team tests' trio (with an admin, who holds both).
+@pytest.fixture
+def payables(db: None) -> Team:
+    return team_make("payables")
+
+
+@pytest.fixture
+def procurement(db: None) -> Team:
+    return team_make("procurement")
+
+
+@pytest.fixture
+def ours(payables: Team) -> User:
+    return member_of(payables, Role.OPERATORS, username="paula")
+
+
+@pytest.fixture
+def theirs(procurement: Team) -> User:
+    return member_of(procurement, Role.OPERATORS, username="pete")
 
 
 @pytest.fixture

@@ -15,31 +15,11 @@ from pandaweb.core.models import Membership, Team
 from pandaweb.core.roles import Role
 from pandaweb.schedules.models import Batch, Schedule
 from tests.api.conftest import Api, make_token
-from tests.factories import member_of, team_make, user_with_role
+from tests.factories import member_of, user_with_role
 from workflows import services
 from workflows.models import Credential, Workflow
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_background_runs")]
-
-
-@pytest.fixture
-def payables() -> Team:
-    return team_make("payables")
-
-
-@pytest.fixture
-def procurement() -> Team:
-    return team_make("procurement")
-
-
-@pytest.fixture
-def ours(payables: Team) -> User:
-    return member_of(payables, Role.OPERATORS, username="paula")
-
-
-@pytest.fixture
-def theirs(procurement: Team) -> User:
-    return member_of(procurement, Role.OPERATORS, username="pete")
 
 
 @pytest.fixture

@@ -19,19 +19,9 @@ from pandaweb.core.models import Membership, Team
 from pandaweb.core.roles import Role
 from sessions.models import Run
 from tests.approvals.test_views import evidence as sample_evidence
-from tests.factories import member_of, team_make, user_with_role, waiting_run
+from tests.factories import member_of, user_with_role, waiting_run
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def payables() -> Team:
-    return team_make("payables")
-
-
-@pytest.fixture
-def procurement() -> Team:
-    return team_make("procurement")
 
 
 def gated(team: Team, *, quorum: int = 1, reviewer_group: str = "Reviewers") -> ApprovalRequest:

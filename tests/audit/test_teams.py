@@ -38,23 +38,12 @@ from tests.api.conftest import Api, make_token
 from tests.factories import (
     ApprovalRequestFactory,
     member_of,
-    team_make,
     user_with_role,
     waiting_run,
 )
 from workflows.models import Workflow
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def payables() -> Team:
-    return team_make("payables")
-
-
-@pytest.fixture
-def procurement() -> Team:
-    return team_make("procurement")
 
 
 @pytest.fixture

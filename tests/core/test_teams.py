@@ -13,20 +13,10 @@ from pandaweb.core.roles import Capability, Role
 from pandaweb.teams.services import TeamError, membership_grant, membership_revoke, team_create
 from sessions.models import Run
 from sessions.services import RunError, run_cancel, run_launch
-from tests.factories import member_of, team_make, user_with_role, waiting_run
+from tests.factories import member_of, user_with_role, waiting_run
 from workflows.models import Workflow
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def payables() -> Team:
-    return team_make("payables")
-
-
-@pytest.fixture
-def procurement() -> Team:
-    return team_make("procurement")
 
 
 def test_a_team_role_grants_its_capabilities_in_that_team_only(

@@ -14,31 +14,11 @@ from pandaweb.audit.models import AuditEvent
 from pandaweb.core.models import DEFAULT_TEAM_SLUG, Membership, Team
 from pandaweb.core.roles import Role
 from sessions.services.credentials import CredentialRefused, credentials_open
-from tests.factories import member_of, team_make, user_with_role
+from tests.factories import user_with_role
 from workflows import selectors, services
 from workflows.models import Credential, Workflow
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def payables() -> Team:
-    return team_make("payables")
-
-
-@pytest.fixture
-def procurement() -> Team:
-    return team_make("procurement")
-
-
-@pytest.fixture
-def ours(payables: Team) -> User:
-    return member_of(payables, Role.OPERATORS, username="paula")
-
-
-@pytest.fixture
-def theirs(procurement: Team) -> User:
-    return member_of(procurement, Role.OPERATORS, username="pete")
 
 
 @pytest.fixture
