@@ -43,8 +43,8 @@ from pandaweb.api.scopes import Scope
 from pandaweb.api.services import BEARER_NEEDED, TokenContext, token_refusal, tokens_authenticate
 from pandaweb.core.consumers import read_only
 from pandaweb.core.models import Membership
-from pandaweb.core.permissions import in_teams
-from pandaweb.core.roles import ROLE_CAPABILITIES, Capability
+from pandaweb.core.permissions import TEAM_ROLES_GRANTING, in_teams
+from pandaweb.core.roles import Capability
 from sessions.events import RUNS_GROUP
 from sessions.layer import receive_group_on_this_loop, stop_receiving_group_on_this_loop
 from sessions.models import Run, RunEvent
@@ -302,7 +302,7 @@ def _team_reach(owners: dict[int, User]) -> dict[int, TeamReach]:
     def teams(owner: int, capability: Capability) -> frozenset[int] | None:
         if owners[owner].is_superuser or capability.value in held[owner]:
             return None
-        granting = {role.value for role, caps in ROLE_CAPABILITIES.items() if capability in caps}
+        granting = TEAM_ROLES_GRANTING[capability]
         return frozenset(team for team, role in roles[owner] if role in granting)
 
     return {

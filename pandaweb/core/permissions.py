@@ -12,8 +12,8 @@ from django.http import HttpRequest, HttpResponseBase
 from pandaweb.core.models import Membership
 from pandaweb.core.roles import ROLE_CAPABILITIES, Capability, Role
 
-# Where a role is held through a team membership, the capabilities it grants there.
-_ROLES_GRANTING: dict[Capability, tuple[str, ...]] = {
+# The team roles that grant each capability in their team (admins are no team role).
+TEAM_ROLES_GRANTING: dict[Capability, tuple[str, ...]] = {
     capability: tuple(
         role.value
         for role, granted in ROLE_CAPABILITIES.items()
@@ -44,7 +44,7 @@ def teams_where(
     if capability not in cache:
         cache[capability] = frozenset(
             Membership.objects.filter(
-                user_id=user.pk, role__in=_ROLES_GRANTING[capability]
+                user_id=user.pk, role__in=TEAM_ROLES_GRANTING[capability]
             ).values_list("team_id", flat=True)
         )
     return cache[capability]
@@ -92,7 +92,7 @@ def people_with(capability: Capability, *, team_id: int | None) -> QuerySet[User
         **{f"user_permissions__{k}": v for k, v in granted.items()}
     ).values("pk")
     members = Membership.objects.filter(
-        Q(team_id=team_id), role__in=_ROLES_GRANTING[capability]
+        Q(team_id=team_id), role__in=TEAM_ROLES_GRANTING[capability]
     ).values("user_id")
     return User.objects.filter(is_active=True).filter(
         Q(is_superuser=True) | Q(pk__in=through_groups) | Q(pk__in=through_user) | Q(pk__in=members)
