@@ -7,6 +7,7 @@ first request after the recheck time; one moved between groups gets the new role
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.contrib import auth
@@ -26,17 +27,33 @@ class SsoRecheckMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         user = request.user
         if settings.OIDC is not None and isinstance(user, User) and sessions.recheck_due(request):
-            refusal = _recheck(request, user)
+            with sessions.recheck_turn(request) as stored:
+                refusal = _recheck_in_turn(request, user, stored)
+                if refusal is not None:
+                    sso_refusal_record(
+                        refusal=refusal, request=request, user=user, subject=_subject(user)
+                    )
+                    auth.logout(request)
             if refusal is not None:
-                sso_refusal_record(
-                    refusal=refusal, request=request, user=user, subject=_subject(user)
-                )
-                auth.logout(request)
                 response = refused_page(request, refusal)
                 if request.headers.get("HX-Request"):
                     response["HX-Refresh"] = "true"  # a fragment swap would hide the page
                 return response
         return self.get_response(request)
+
+
+def _recheck_in_turn(
+    request: HttpRequest, user: User, stored: dict[str, Any] | None
+) -> SsoRefused | None:
+    if stored is None:
+        return SsoRefused("ended", "another request's recheck ended this session")
+    if sessions.recheck_adopt(request, stored):
+        return None
+    refusal = _recheck(request, user)
+    if refusal is None:
+        # Saved while the turn is held, so the requests waiting for it find the new tokens.
+        request.session.save()
+    return refusal
 
 
 def _recheck(request: HttpRequest, user: User) -> SsoRefused | None:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from django.db import transaction
 from django.http import HttpRequest
 
 from pandaweb.sso.config import OidcSettings
@@ -34,3 +39,38 @@ def tokens_remember(
 def recheck_due(request: HttpRequest) -> bool:
     recheck_at = request.session.get(RECHECK_AT)
     return recheck_at is not None and time.time() >= float(recheck_at)
+
+
+_turn_guard = threading.Lock()
+_turns: weakref.WeakValueDictionary[str, threading.Lock] = weakref.WeakValueDictionary()
+
+
+@contextmanager
+def recheck_turn(request: HttpRequest) -> Iterator[dict[str, Any] | None]:
+    """One recheck per session at a time: a page's requests often fall due together, and a
+    refresh token spent twice is refused by a provider that rotates them (or answered with an ID
+    token that matches the other request's access token). Yields the session as stored once the
+    turn is this request's (None if another request's recheck ended it); the row lock reaches
+    across server processes, the process lock covers SQLite, which has no row locks."""
+    key = request.session.session_key or ""
+    with _turn_guard:
+        turn = _turns.get(key)
+        if turn is None:
+            turn = _turns[key] = threading.Lock()
+    with turn, transaction.atomic():
+        stored = (
+            request.session.get_model_class()  # type: ignore[attr-defined]
+            .objects.select_for_update()
+            .filter(session_key=key)
+            .first()
+        )
+        yield None if stored is None else request.session.decode(stored.session_data)
+
+
+def recheck_adopt(request: HttpRequest, stored: dict[str, Any]) -> bool:
+    """Take the tokens of a recheck another request has just made; False if none was made."""
+    if stored.get(RECHECK_AT) is None or time.time() >= float(stored[RECHECK_AT]):
+        return False
+    for name in (ID_TOKEN, REFRESH_TOKEN, RECHECK_AT):
+        request.session[name] = stored.get(name)
+    return True

@@ -49,6 +49,10 @@ class Provider:
         with sqlite3.connect(self.database) as connection:
             connection.execute(statement, params)
 
+    def count(self, query: str, *params: object) -> int:
+        with sqlite3.connect(self.database) as connection:
+            return int(connection.execute(query, params).fetchone()[0])
+
     def move(self, username: str, group: str) -> None:
         self.sql(
             "DELETE FROM auth_user_groups "

@@ -101,6 +101,31 @@ def test_a_person_moved_at_the_provider_gets_the_new_role_at_the_recheck(
     provider.move("rory", "pw-reviewers")
 
 
+def test_requests_that_fall_due_together_ask_the_provider_once(
+    page: Page, live_server: LiveServer, oidc: OidcSettings, provider: Provider
+) -> None:
+    """The provider rotates refresh tokens: a token spent twice would be refused and sign the
+    person out, or be answered with an ID token that does not match its access token."""
+    sign_in(page, live_server.url, "olivia")
+    expect(page).to_have_url(f"{live_server.url}/")
+    refreshes = (
+        "SELECT COUNT(*) FROM oauth2_provider_refreshtoken "
+        "WHERE user_id = (SELECT id FROM auth_user WHERE username = ?)"
+    )
+    issued = provider.count(refreshes, "olivia")
+
+    for wave in range(1, 4):  # the requests overlap at the provider in some waves, not all
+        recheck_now(page)
+        statuses = page.evaluate(
+            "Promise.all([...Array(6).keys()].map(() => fetch('/runs/').then(r => r.status)))"
+        )
+        assert statuses == [200] * 6
+        assert provider.count(refreshes, "olivia") == issued + wave
+    page.reload()
+    expect(page.get_by_role("link", name=re.compile("olivia"))).to_contain_text("Operators")
+    assert not AuditEvent.objects.filter(action="auth.sso_refused").exists()
+
+
 def test_a_person_switched_off_at_the_provider_is_signed_out_at_the_recheck(
     page: Page, live_server: LiveServer, oidc: OidcSettings, provider: Provider
 ) -> None:
