@@ -121,7 +121,8 @@ async def _open(port: int, tokens: list[str], count: int) -> tuple[list[Client],
         Client(token=tokens[i % len(tokens)], opened=loop.create_future()) for i in range(count)
     ]
     tasks = [asyncio.create_task(_read_stream(port, client)) for client in clients]
-    await asyncio.wait_for(asyncio.gather(*(c.opened for c in clients)), 60)
+    async with asyncio.timeout(60):
+        await asyncio.gather(*(c.opened for c in clients))
     return clients, tasks
 
 

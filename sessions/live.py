@@ -238,7 +238,8 @@ class LiveFeed:
             while not self._stopping.is_set():
                 await self._tick()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), 0.25)
+                    async with asyncio.timeout(0.25):
+                        await self._stopping.wait()
         finally:
             receiver.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -466,7 +466,8 @@ class FanOut:
             self.woken.clear()
             if not await self._read_once():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.woken.wait(), POLL_SECONDS)
+                    async with asyncio.timeout(POLL_SECONDS):
+                        await self.woken.wait()
 
     async def _read_once(self) -> bool:
         """One read for each position its streams are at, each picked from as soon as it is

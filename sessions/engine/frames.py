@@ -225,7 +225,8 @@ class FramePump:
             await self._attach(target_id)
         if pages:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._decided.wait(), self.answer_seconds / 5)
+                async with asyncio.timeout(self.answer_seconds / 5):
+                    await self._decided.wait()
         # A browser that draws on its own refuses the first frame at once; one whose first frame
         # is still pending draws on request (the frame is held up by a dialog, say). With no
         # page to ask, the first page's first frame decides, and until then pictures fall back
@@ -325,7 +326,8 @@ class FramePump:
 
     async def _picture(self, target_id: str, quality: int, deadline: float) -> bytes:
         try:
-            return await asyncio.wait_for(self._picture_now(target_id, quality), deadline)
+            async with asyncio.timeout(deadline):
+                return await self._picture_now(target_id, quality)
         except TimeoutError:
             raise FramesError(
                 "the page drew no frame in time (a dialog opened while it was drawn?)"

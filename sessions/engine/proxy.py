@@ -296,10 +296,10 @@ class EgressProxy:
             return
 
         try:
-            up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(address, port, limit=MAX_HEADER_BYTES),
-                self.connect_timeout,
-            )
+            async with asyncio.timeout(self.connect_timeout):
+                up_reader, up_writer = await asyncio.open_connection(
+                    address, port, limit=MAX_HEADER_BYTES
+                )
         except (OSError, TimeoutError) as exc:
             detail = "timed out" if isinstance(exc, TimeoutError) else str(exc) or repr(exc)
             await _send_error(writer, 502, f"could not connect to {hostport(host, port)}: {detail}")
@@ -316,7 +316,8 @@ class EgressProxy:
 
     async def _read_head(self, reader: asyncio.StreamReader) -> bytes:
         try:
-            return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.header_timeout)
+            async with asyncio.timeout(self.header_timeout):
+                return await reader.readuntil(b"\r\n\r\n")
         except asyncio.LimitOverrunError as exc:
             raise _BadRequest("request headers are larger than 64 KiB", 431) from exc
         except TimeoutError as exc:
@@ -335,7 +336,8 @@ class EgressProxy:
         self.bytes_out += len(request_head)
         remaining = body_length
         while remaining > 0:
-            chunk = await asyncio.wait_for(reader.read(min(remaining, 65536)), self.idle_timeout)
+            async with asyncio.timeout(self.idle_timeout):
+                chunk = await reader.read(min(remaining, 65536))
             if not chunk:
                 return
             up_writer.write(chunk)
@@ -345,9 +347,8 @@ class EgressProxy:
         await up_writer.drain()
 
         try:
-            response_head = await asyncio.wait_for(
-                up_reader.readuntil(b"\r\n\r\n"), self.idle_timeout
-            )
+            async with asyncio.timeout(self.idle_timeout):
+                response_head = await up_reader.readuntil(b"\r\n\r\n")
         except asyncio.LimitOverrunError as exc:
             raise _BadRequest("the origin's response headers are larger than 64 KiB", 502) from exc
         except TimeoutError as exc:
@@ -384,7 +385,8 @@ class EgressProxy:
     ) -> None:
         with contextlib.suppress(ConnectionError, TimeoutError):
             while True:
-                chunk = await asyncio.wait_for(source.read(65536), self.idle_timeout)
+                async with asyncio.timeout(self.idle_timeout):
+                    chunk = await source.read(65536)
                 if not chunk:
                     return
                 sink.write(chunk)
@@ -568,7 +570,8 @@ async def _close(writer: asyncio.StreamWriter) -> None:
     # fallback for a peer that stops reading.
     writer.close()
     try:
-        await asyncio.wait_for(writer.wait_closed(), 2)
+        async with asyncio.timeout(2):
+            await writer.wait_closed()
     except (TimeoutError, ConnectionError, OSError, asyncio.CancelledError):
         writer.transport.abort()
 
@@ -593,4 +596,5 @@ async def _send_error(writer: asyncio.StreamWriter, status: int, message: str) -
     ]
     with contextlib.suppress(ConnectionError, RuntimeError):
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("ascii") + body)
-        await asyncio.wait_for(writer.drain(), 5)
+        async with asyncio.timeout(5):
+            await writer.drain()

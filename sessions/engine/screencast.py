@@ -383,9 +383,11 @@ class BrowserTap:
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[self._ids] = answer
         self._methods[self._ids] = method
-        await self._socket.send_str(json.dumps(message))
         try:
-            reply = await asyncio.wait_for(answer, None if patient else self._answer_seconds)
+            # The send is bounded too: a browser that stops reading would hold it forever.
+            async with asyncio.timeout(None if patient else self._answer_seconds):
+                await self._socket.send_str(json.dumps(message))
+                reply = await answer
         except TimeoutError:
             raise CdpError(f"the run's browser did not answer {method}") from None
         finally:
@@ -533,9 +535,8 @@ class BrowserTap:
         unsure = False
         while True:
             try:
-                params = await asyncio.wait_for(
-                    self._frames.get(), max(0.5, 2 / self.fps) if unsure else None
-                )
+                async with asyncio.timeout(max(0.5, 2 / self.fps) if unsure else None):
+                    params = await self._frames.get()
             except TimeoutError:
                 unsure = False
                 shown.clear()  # the restarted cast forgets them
@@ -546,7 +547,8 @@ class BrowserTap:
             # newer one.
             while (wait := 1 / self.fps - (time.monotonic() - self._last_sent)) > 0:
                 try:
-                    newer = await asyncio.wait_for(self._frames.get(), wait)
+                    async with asyncio.timeout(wait):
+                        newer = await self._frames.get()
                 except TimeoutError:
                     break
                 await self._ack(params)

@@ -79,7 +79,8 @@ async def next_event(response: Any) -> dict[str, Any]:
     """The next event the stream sends (skipping its retry hint and keepalives)."""
     chunks: AsyncIterator[bytes] = response.streaming_content
     while True:
-        chunk = await asyncio.wait_for(anext(chunks), timeout=10)
+        async with asyncio.timeout(10):
+            chunk = await anext(chunks)
         text = chunk.decode() if isinstance(chunk, bytes) else chunk
         fields = dict(
             line.split(": ", 1) for line in text.strip().splitlines() if not line.startswith(":")
@@ -494,7 +495,8 @@ async def test_a_stream_hears_only_its_owners_teams(
 
     assert (await next_event(insider))["run"] == theirs.pk
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(next_event(outsider), timeout=1)
+        async with asyncio.timeout(1):
+            await next_event(outsider)
     # Another team's workflow is named as a missing one is.
     assert missing.status_code == 422
     assert "no workflow has the slug 'acme-pay-invoice'" in missing.content.decode()

@@ -109,7 +109,8 @@ class Gate:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT_SECONDS)
+            async with asyncio.timeout(_HEAD_TIMEOUT_SECONDS):
+                head = await reader.readuntil(b"\r\n\r\n")
         except TimeoutError:
             return
         lines = head[:-4].split(b"\r\n")
