@@ -70,6 +70,13 @@ def listing(path: str) -> Endpoint:
 
 DECISION = {"verdict": "approve", "evidence_sha256": "0" * 64, "reason": "looks right"}
 SCHEDULE = {"name": "Mine", "cron": "0 6 * * *", "inputs": {}}
+# A new workflow of the asker's own team that names B's credential (a file naming B's slug is
+# answered as a taken slug: tests/workflows/test_teams.py).
+FILE_NAMING_THE_CREDENTIAL = {
+    "pandaweb": 1, "name": "Mine", "slug": "mine-from-team-a",
+    "settings": {"allowed_hosts": ["127.0.0.1:8001"], "credentials": ["{credential_name}"]},
+    "steps": [{"id": "open", "type": "goto", "url": "http://127.0.0.1:8001/"}],
+}  # fmt: skip
 
 # Every named address that holds a team's data: name → the requests that must keep B's apart.
 RULES: dict[str, tuple[Endpoint, ...]] = {
@@ -157,6 +164,7 @@ RULES: dict[str, tuple[Endpoint, ...]] = {
     "home": (listing("/"),),
     # The HTTP API
     "api:workflow_list": (listing("/api/v1/workflows/"),),
+    "api:workflow_import": (obj("/api/v1/workflows/import", "POST", **FILE_NAMING_THE_CREDENTIAL),),
     "api:workflow_get": (obj("/api/v1/workflows/{slug}"),),
     "api:workflow_version": (obj("/api/v1/workflows/{slug}/versions/1"),),
     "api:workflow_version_yaml": (obj("/api/v1/workflows/{slug}/versions/1/yaml"),),
@@ -242,7 +250,6 @@ INSTALLATION: dict[str, str] = {
     "api:openapi-view": "the API's description",
     "api:api-root": "the API's description",
     "api:None": "the API's catch-all 404",
-    "api:workflow_import": POST_FORM,
     "api:credential_create": POST_FORM,
     "api:batch_launch_csv": "a CSV batch: the same service and rule as api:batch_launch",
     "audit:verify": "answers whether the trail the person may read verifies, and where not: no event's content",
@@ -355,13 +362,25 @@ def ask(client: Client, token: str, endpoint: Endpoint, ids: dict[str, Any]) -> 
     return response.status_code, content.decode("utf-8", "replace")
 
 
+def unnamed(text: str, ids: list[Any]) -> str:
+    """``text`` without the ids it may have been asked about (the asker's own words)."""
+    for value in sorted({str(v) for v in ids}, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w.-]){re.escape(value)}(?![\w.-])", "…", text)
+    return text
+
+
 def check(client: Client, token: str, endpoint: Endpoint, world: World) -> str:
     """'' when team B's data stays apart; else what reached team A."""
     status, text = ask(client, token, endpoint, world.ids)
     if endpoint.kind == "object":
-        absent_status, _ = ask(client, token, endpoint, missing_ids(world.ids))
+        absent = missing_ids(world.ids)
+        absent_status, absent_text = ask(client, token, endpoint, absent)
         if status != absent_status or status < 400:
             return f"B's object answered {status}; a missing one answers {absent_status}"
+        # An API's answer is words and fields only: they too must be a missing object's.
+        ids = [*world.ids.values(), *absent.values()]
+        if endpoint.api and unnamed(text, ids) != unnamed(absent_text, ids):
+            return f"B's object answered {unnamed(text, ids)!r}; a missing one {unnamed(absent_text, ids)!r}"
         return ""
     # A search box shows what was searched for: that is the asker's own text, not B's.
     path = endpoint.path.format(**world.ids)

@@ -104,7 +104,7 @@ def test_another_teams_author_cannot_change_a_workflow_through_the_services(
         )
     with pytest.raises(services.WorkflowError, match="Payables's workflows"):
         services.workflow_set_archived(workflow_id=invoices.pk, user=theirs, archived=True)
-    with pytest.raises(services.WorkflowError, match="Payables's workflows"):
+    with pytest.raises(services.ImportRefused):
         services.workflow_import(user=theirs, text=document("invoices").replace("Invoices", "X"))
 
     invoices.refresh_from_db()
@@ -214,21 +214,36 @@ def test_a_credential_joins_its_authors_team_and_only_that_team_sees_it(
         )
 
 
-def test_a_workflow_file_naming_another_teams_credential_is_refused_in_words(
+def test_a_workflow_file_naming_another_teams_credential_is_answered_as_naming_a_missing_one(
     ours: User, theirs: User
 ) -> None:
     credential(theirs, "supplier-portal")
 
-    with pytest.raises(services.ImportRefused) as refused:
-        services.workflow_import(
-            user=ours, text=document("invoices", credentials=["supplier-portal"])
-        )
+    answers = []
+    for name in ("supplier-portal", "no-such-portal"):
+        with pytest.raises(services.ImportRefused) as refused:
+            services.workflow_import(user=ours, text=document("invoices", credentials=[name]))
+        answers.append([p.message.replace(name, "NAME") for p in refused.value.problems])
 
-    assert [p.message for p in refused.value.problems] == [
-        "the credential 'supplier-portal' belongs to Procurement, not Payables: "
-        "Payables's workflows may not use it"
-    ]
+    assert answers[0] == answers[1] == ["there is no credential named 'NAME'"]
     assert not Workflow.objects.filter(slug="invoices").exists()
+
+
+def test_a_file_with_another_teams_slug_is_answered_as_a_taken_slug_and_changes_nothing(
+    ours: User, theirs: User
+) -> None:
+    orders = services.workflow_create(user=theirs, name="Orders", slug="orders")
+    versions = orders.versions.count()
+
+    with pytest.raises(services.ImportRefused) as refused:
+        services.workflow_import(user=ours, text=document("orders").replace("Orders", "Mine"))
+    with pytest.raises(services.WorkflowError) as taken:
+        services.workflow_create(user=ours, name="Orders", slug="orders")
+
+    assert [p.message for p in refused.value.problems] == taken.value.field_errors["slug"]
+    orders.refresh_from_db()
+    assert orders.name == "Orders"
+    assert orders.versions.count() == versions
 
 
 def test_publishing_refuses_a_credential_that_moved_to_another_team(
@@ -243,7 +258,7 @@ def test_publishing_refuses_a_credential_that_moved_to_another_team(
     with pytest.raises(services.PublishRefused) as refused:
         services.workflow_publish(workflow_id=workflow.pk, user=ours, message="v1")
 
-    assert any("'ledger' belongs to Procurement" in p for p in refused.value.problems)
+    assert any("there is no credential named 'ledger'" in p for p in refused.value.problems)
     assert not workflow.versions.filter(status="published").exists()
 
 
@@ -260,7 +275,9 @@ def test_the_settings_refuse_another_teams_credential(
             author_may_approve=False, credentials=[foreign],
         )  # fmt: skip
 
-    assert "belongs to Procurement, not Payables" in refused.value.field_errors["credentials"][0]
+    assert refused.value.field_errors["credentials"] == [
+        "there is no credential named 'supplier-portal'"
+    ]
     assert list(invoices.credentials.all()) == []
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from pydantic import ValidationError
 
+from pandaweb.core.models import Team
 from workflows.fileformat import canonical_data
 from workflows.models import Credential, Workflow, WorkflowVersion
 from workflows.schema import WorkflowDocument
@@ -129,5 +130,6 @@ def content_hash(document: WorkflowDocument) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def credential_kinds() -> dict[str, str]:
-    return dict(Credential.objects.values_list("name", "kind"))
+def credential_kinds(team: Team) -> dict[str, str]:
+    """The kinds of the credentials ``team``'s workflows may use, by name."""
+    return dict(Credential.objects.filter(team=team).values_list("name", "kind"))

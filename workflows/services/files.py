@@ -39,7 +39,7 @@ from workflows.services.drafts import (
 )
 from workflows.services.errors import WorkflowError
 from workflows.services.lifecycle import RESERVED_SLUGS
-from workflows.services.teams import foreign_credentials, refuse_outside_team, team_for_new
+from workflows.services.teams import refuse_outside_team, team_for_new
 
 
 class ImportRefused(WorkflowError):
@@ -71,7 +71,7 @@ def workflow_import(*, user: User, text: str | bytes, team: str | None = None) -
     except DocumentError as exc:
         raise ImportRefused(exc.problems) from None
     source = text.decode("utf-8") if isinstance(text, bytes) else text
-    problems = document_problems(document, credential_kinds=credential_kinds())
+    problems: list[Problem] = []
     if document.slug in RESERVED_SLUGS:
         problems.append(Problem(path=("slug",), message=f"'{document.slug}' is a reserved slug"))
     group = Group.objects.filter(name=document.reviewer_group).first()
@@ -83,16 +83,22 @@ def workflow_import(*, user: User, text: str | bytes, team: str | None = None) -
             )
         )
     existing = Workflow.objects.filter(slug=document.slug).select_related("team").first()
+    if existing is not None and not user_can(
+        user, Capability.VIEW_WORKFLOWS, team_id=existing.team_id
+    ):
+        # Another team's workflow tells this person no more than a new workflow's taken slug.
+        problems.append(
+            Problem(path=("slug",), message=f"a workflow with the slug '{document.slug}' exists")
+        )
+        existing = None
     if existing is not None:
         refuse_outside_team(user, existing)
         if team and team != existing.team.slug:
             message = f"'{existing.slug}' is {existing.team}'s workflow, not {team}'s"
             raise WorkflowError(message, {"team": [message]})
     joins = existing.team if existing is not None else team_for_new(user, team)
-    problems += [
-        Problem(path=("settings", "credentials"), message=message)
-        for message in foreign_credentials(joins, document.settings.credentials)
-    ]
+    # The team's own credentials only: another team's is named as a missing one.
+    problems = document_problems(document, credential_kinds=credential_kinds(joins)) + problems
     if problems:
         session_steps = list(document.session.steps) if document.session else None
         raise ImportRefused(locate(problems, source, list(document.steps), session_steps))

@@ -27,7 +27,6 @@ from workflows.services.drafts import (
     refuse_archived,
 )
 from workflows.services.errors import WorkflowError
-from workflows.services.teams import foreign_credentials
 
 
 class PublishRefused(WorkflowError):
@@ -70,11 +69,8 @@ def draft_review(workflow: Workflow, draft: WorkflowVersion) -> DraftReview:
             session_steps = (draft.session or {}).get("steps")
             found.append(_located(problem, draft.steps, session_steps))
         return DraftReview(located_problems=found, located_warnings=[], document=None)
-    problems = document_problems(document, credential_kinds=credential_kinds())
-    problems += [
-        Problem(path=("settings", "credentials"), message=message)
-        for message in foreign_credentials(workflow.team, document.settings.credentials)
-    ]
+    # The team's own credentials only: another team's is named as a missing one.
+    problems = document_problems(document, credential_kinds=credential_kinds(workflow.team))
     if not document.steps:
         problems.append(Problem(path=("steps",), message="a workflow needs at least one step"))
     warnings = irreversible_warnings(

@@ -49,13 +49,12 @@ def _refuse(message: str) -> NoReturn:
 
 
 def foreign_credentials(team: Team, names: Iterable[str]) -> list[str]:
-    """Why a workflow of ``team`` may not use some of the credentials ``names``, one sentence
-    each naming the credential and both teams ([] when it may use them all)."""
+    """The credentials among ``names`` that ``team``'s workflows may not use, each named as a
+    missing one is: another team's credentials are not there for this team ([] for none)."""
     return [
-        f"the credential '{c.name}' belongs to {c.team}, not {team}: "
-        f"{team}'s workflows may not use it"
-        for c in Credential.objects.filter(name__in=list(names))
+        f"there is no credential named '{name}'"
+        for name in Credential.objects.filter(name__in=list(names))
         .exclude(team=team)
-        .select_related("team")
         .order_by("name")
+        .values_list("name", flat=True)
     ]
