@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 
@@ -30,12 +32,15 @@ def _in_groups(groups: list[str], team_id: int | None) -> Q:
     return condition
 
 
-def approval_audience(approval: ApprovalRequest, *, groups: list[str]) -> QuerySet[User]:
-    """The active people of ``groups`` who belong to the run's team (they may decide its
-    approvals or watch its runs): whom to tell of ``approval``. Nobody of another team hears of
-    it; whether each may decide is the refusal's answer below."""
+def approval_audience(
+    approval: ApprovalRequest, *, groups: list[str], people: Collection[int] = ()
+) -> QuerySet[User]:
+    """The active people of ``groups``, and the ``people`` (ids) named, who belong to the run's
+    team (they may decide its approvals or watch its runs): whom to tell of ``approval``. Nobody
+    of another team hears of it, an assignee since removed from the team included; whether each
+    may decide is the refusal's answer below."""
     team_id = approval.run.team_id
-    in_groups = User.objects.filter(_in_groups(groups, team_id)).values("pk")
+    in_groups = User.objects.filter(_in_groups(groups, team_id) | Q(pk__in=people)).values("pk")
     deciders = people_with(Capability.DECIDE_APPROVALS, team_id=team_id).values("pk")
     watchers = people_with(Capability.VIEW_RUNS, team_id=team_id).values("pk")
     return User.objects.filter(pk__in=in_groups).filter(Q(pk__in=deciders) | Q(pk__in=watchers))

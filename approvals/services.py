@@ -172,14 +172,13 @@ def _mail_body(approval: ApprovalRequest, lead: str = "") -> str:
 def _recipients(
     approval: ApprovalRequest, *, groups: list[str], people: list[User] | None = None
 ) -> list[User]:
-    """Active members of ``groups`` of the run's team, and ``people``, less those
-    out of office today and those who already decided. Absence silences notifications only; it
-    never changes who may decide."""
+    """Active members of ``groups`` of the run's team, and those of ``people`` still in it, less
+    those out of office today and those who already decided. Absence silences notifications
+    only; it never changes who may decide."""
 
     decided = set(approval.decisions.values_list("reviewer_id", flat=True))
-    members = approval_audience(approval, groups=groups)
+    members = approval_audience(approval, groups=groups, people=[u.pk for u in people or []])
     found = {u.pk: u for u in members}
-    found.update({u.pk: u for u in people or [] if u.is_active})
     away = approval_absent_today(list(found))
     return [u for pk, u in sorted(found.items()) if pk not in away and pk not in decided]
 

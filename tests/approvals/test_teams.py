@@ -156,6 +156,18 @@ def test_notices_go_only_to_people_of_the_runs_team(payables: Team, procurement:
     assert {u.pk for u in told} == {ours.pk, admin.pk}
 
 
+def test_an_assignee_removed_from_the_runs_team_is_told_no_more(
+    payables: Team, procurement: Team
+) -> None:
+    approval = gated(payables)
+    assignee = member_of(payables, Role.REVIEWERS)
+    Membership.objects.create(team=procurement, user=assignee, role=Role.REVIEWERS.value)
+
+    assert services._recipients(approval, groups=[], people=[assignee]) == [assignee]
+    Membership.objects.filter(team=payables, user=assignee).delete()
+    assert services._recipients(approval, groups=[], people=[assignee]) == []
+
+
 def test_slack_says_in_words_that_it_is_another_teams_request(
     payables: Team, procurement: Team
 ) -> None:
