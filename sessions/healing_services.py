@@ -17,6 +17,8 @@ from pydantic import ValidationError
 from pandaweb.assist.models import ModelCall
 from pandaweb.assist.prompts import choosing_prompt, choosing_read, ranking_prompt, ranking_read
 from pandaweb.assist.services import model_call_request
+from pandaweb.core.permissions import user_can
+from pandaweb.core.roles import Capability
 from sessions.engine.healing import Candidate, Place, candidate_at, heal_candidates, place_of
 from sessions.engine.pictures import outline_target
 from sessions.engine.steps.base import StepBase
@@ -59,9 +61,11 @@ def heal_available(*, run: Run, result: StepResult) -> bool:
     return True
 
 
-def heal_proposal(*, run: Run, result: StepResult, field: str = "") -> HealProposal:
+def heal_proposal(*, run: Run, result: StepResult, user: User, field: str = "") -> HealProposal:
     """The candidates for one of a failed step's targets: ``field``, or the one its error names
-    (a login step has three), or its first."""
+    (a login step has three), or its first. Only for someone who writes the run's team's
+    workflows: the proposal is what the model is asked about and what goes into the draft."""
+    _refuse_outside_team(run, user)
     step, targets = _step_and_targets(run, result)
     named = [
         name for name, t in targets.items() if t.readable_name and t.readable_name in result.error
@@ -76,6 +80,11 @@ def heal_proposal(*, run: Run, result: StepResult, field: str = "") -> HealPropo
         interactive_only=step.touches_page,
     )
     return HealProposal(run, result, step, targets, chosen, candidates)
+
+
+def _refuse_outside_team(run: Run, user: User) -> None:
+    if not user_can(user, Capability.AUTHOR_WORKFLOWS, team_id=run.team_id):
+        raise HealingUnavailable(f"you do not write {run.team}'s workflows")
 
 
 def _step_and_targets(run: Run, result: StepResult) -> tuple[StepBase, dict[str, Target]]:
@@ -254,8 +263,9 @@ def heal_apply(
     )
 
 
-def element_picture(*, run: Run, result: StepResult, number: int) -> bytes:
+def element_picture(*, run: Run, result: StepResult, user: User, number: int) -> bytes:
     """The step's screenshot with element ``number`` of its observation outlined (PNG)."""
+    _refuse_outside_team(run, user)
     element = next((e for e in result.elements if e.get("number") == number), None)
     box = (element or {}).get("box")
     if not box or not result.screenshot or run.files_pruned_at is not None:

@@ -249,7 +249,9 @@ def step_heal(request: AuthenticatedRequest, run_id: int, index: int) -> HttpRes
     )
     field = call.target_field if call else request.POST.get("field") or request.GET.get("field", "")
     try:
-        proposal = healing_services.heal_proposal(run=run, result=result, field=field)
+        proposal = healing_services.heal_proposal(
+            run=run, result=result, user=request.user, field=field
+        )
     except healing_services.HealingUnavailable as exc:
         messages.error(request, f"This step cannot be healed: {exc}.")
         return redirect("runs:step", run_id=run.pk, index=index)
@@ -322,7 +324,9 @@ def step_heal_picture(
     if result is None:
         raise Http404("no such step")
     try:
-        picture = healing_services.element_picture(run=run, result=result, number=number)
+        picture = healing_services.element_picture(
+            run=run, result=result, user=request.user, number=number
+        )
     except healing_services.HealingUnavailable as exc:
         raise Http404(str(exc)) from None
     response = HttpResponse(picture, content_type="image/png")

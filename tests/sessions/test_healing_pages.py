@@ -13,10 +13,12 @@ from django.test import Client
 from django.utils import timezone
 from PIL import Image
 
+from pandaweb.assist.models import ModelCall
 from pandaweb.audit.models import AuditEvent
+from pandaweb.core.models import Membership, Team
 from pandaweb.core.roles import Role
 from sessions.models import Run, StepResult
-from tests.factories import user_with_role
+from tests.factories import member_of, user_with_role
 from tests.sessions.healing import REVIEW, SUBMIT, failed_at
 from workflows.models import Workflow, WorkflowVersion
 
@@ -116,6 +118,30 @@ def test_people_who_cannot_author_cannot_heal_and_a_step_that_succeeded_offers_n
     author.force_login(operator)
     answer = author.get(f"/runs/{run.pk}/steps/{REVIEW}/heal/", follow=True)
     assert "only a failed step is healed" in answer.content.decode()
+
+
+def test_who_writes_workflows_in_another_team_only_cannot_heal_this_teams_runs(
+    operator: User, demo_workflow: Workflow, run_files_in_tmp: Path
+) -> None:
+    run = failed_at(operator, demo_workflow, REVIEW, "review", ["Check the payment"])
+    elsewhere = member_of(run.team, Role.REVIEWERS)
+    Membership.objects.create(
+        team=Team.objects.create(slug="procurement", name="Procurement"),
+        user=elsewhere,
+        role=Role.OPERATORS.value,
+    )
+    client = Client()
+    client.force_login(elsewhere)
+    heal = f"/runs/{run.pk}/steps/{REVIEW}/heal/"
+
+    assert client.get(f"/runs/{run.pk}/steps/{REVIEW}/").status_code == 200
+    page = client.get(heal, follow=True).content.decode()
+    asked = client.post(heal, {"action": "describe", "description": "the check button"})
+
+    assert f"you do not write {run.team}&#x27;s workflows" in page
+    assert asked.status_code == 302
+    assert not ModelCall.objects.exists()
+    assert client.get(f"{heal}1.png").status_code == 404
 
 
 def test_the_place_the_button_had_when_the_step_last_passed_proposes_a_new_name(
