@@ -16,7 +16,7 @@ from pandaweb.core.services import roles_sync
 from pandaweb.sso.client import SsoRefused
 from pandaweb.sso.config import Memberships, OidcSettings
 from pandaweb.sso.models import SsoIdentity
-from pandaweb.teams.services import membership_grant, membership_revoke, team_create
+from pandaweb.teams.services import TeamError, membership_grant, membership_revoke, team_create
 
 _USERNAME_MAX = User._meta.get_field("username").max_length or 150
 
@@ -163,17 +163,21 @@ def _memberships_apply(user: User, memberships: Memberships) -> None:
     _team_roles_apply(user, memberships)
 
 
+def _team_made(slug: str) -> Team:
+    try:
+        return team_create(name=slug.replace("-", " ").title(), slug=slug, user=None)
+    except TeamError:
+        # Made meanwhile by the sign-in of another person of the same new team.
+        return Team.objects.get(slug=slug)
+
+
 def _team_roles_apply(user: User, memberships: Memberships) -> None:
     """Give ``user`` exactly the team roles ``memberships`` names: the provider is the source of
     truth for a person who signs in through it, so a role granted here by hand does not outlive
     the next sign-in or refresh. A team named by the mapping that does not exist yet is made."""
     wanted: set[tuple[int, str]] = set()
     for grant in memberships.team_roles:
-        team = Team.objects.filter(slug=grant.team).first()
-        if team is None:
-            team = team_create(
-                name=grant.team.replace("-", " ").title(), slug=grant.team, user=None
-            )
+        team = Team.objects.filter(slug=grant.team).first() or _team_made(grant.team)
         wanted.add((team.pk, grant.role.value))
     held = set(Membership.objects.filter(user=user).values_list("team_id", "role"))
     for team_id, role in sorted(held - wanted):

@@ -8,14 +8,22 @@ from django.utils.text import slugify
 
 from pandaweb.audit.services import audit_record
 from pandaweb.core.models import Membership, Team
+from pandaweb.core.permissions import is_admin
 
 
 class TeamError(Exception):
     """A change to teams refused, in words for the person who asked for it."""
 
 
+def _refuse_unless_admin(user: User | None) -> None:
+    # None is the installation itself: the command line, or single sign-on's group mapping.
+    if user is not None and not is_admin(user):
+        raise TeamError("only administrators manage teams")
+
+
 def team_create(*, name: str, slug: str = "", user: User | None) -> Team:
     """Make a team. Not idempotent: a second team with the same slug is refused."""
+    _refuse_unless_admin(user)
     name = name.strip()
     if not name:
         raise TeamError("give the team a name")
@@ -36,6 +44,7 @@ def team_create(*, name: str, slug: str = "", user: User | None) -> Team:
 
 def membership_grant(*, team_id: int, member: User, role: str, user: User | None) -> Membership:
     """Give ``member`` ``role`` in the team. Idempotent: granting a role held changes nothing."""
+    _refuse_unless_admin(user)
     if role not in Membership.TeamRole.values:
         raise TeamError(
             f"{role!r} is not a team role: choose one of {', '.join(Membership.TeamRole.values)}"
@@ -54,6 +63,7 @@ def membership_grant(*, team_id: int, member: User, role: str, user: User | None
 def membership_revoke(*, team_id: int, member: User, role: str, user: User | None) -> bool:
     """Take ``role`` in the team from ``member``; their next request no longer has it.
     Idempotent: returns False when they did not hold it."""
+    _refuse_unless_admin(user)
     with transaction.atomic():
         team = Team.objects.select_for_update().get(pk=team_id)
         deleted, _ = Membership.objects.filter(team=team, user=member, role=role).delete()

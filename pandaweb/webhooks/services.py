@@ -33,7 +33,7 @@ from approvals.models import ApprovalRequest
 from pandaweb.audit.services import audit_record
 from pandaweb.core.dispatch import dispatch, task_named
 from pandaweb.core.models import Team, default_team_id
-from pandaweb.core.permissions import teams_where
+from pandaweb.core.permissions import teams_where, user_can
 from pandaweb.webhooks import payloads
 from pandaweb.webhooks.models import Attempt, Event, Message, Subscription
 from pandaweb.webhooks.selectors import MANAGE
@@ -304,8 +304,13 @@ def callback_for_launch(*, run: Run, created: bool, url: str, user: User) -> tup
     return (url, subscription_secret(existing)) if existing else None
 
 
-def _lock(subscription_id: int) -> Subscription:
-    return Subscription.objects.select_for_update().get(pk=subscription_id)
+def _lock(subscription_id: int, user: User | None = None) -> Subscription:
+    """The subscription, row-locked; one of a team ``user`` does not manage is as missing
+    (``Subscription.DoesNotExist``), whoever called."""
+    subscription = Subscription.objects.select_for_update().get(pk=subscription_id)
+    if user is not None and not user_can(user, MANAGE, team_id=subscription.team_id):
+        raise Subscription.DoesNotExist("no such subscription")
+    return subscription
 
 
 def subscription_update(
@@ -321,7 +326,7 @@ def subscription_update(
     (and write no audit event)."""
     name, url, events = _check(name=name, url=url, events=events)
     with transaction.atomic():
-        subscription = _lock(subscription_id)
+        subscription = _lock(subscription_id, user)
         _workflow_in_team(workflow_id, subscription.team_id)
         before = _facts(subscription)
         subscription.name, subscription.url, subscription.events = name, url, events
@@ -347,7 +352,7 @@ def subscription_set_active(
     """Switch a subscription on or off (``user`` None: switched off by the deliverer after
     repeated failures). Idempotent. Switching on resets the failure count."""
     with transaction.atomic():
-        subscription = _lock(subscription_id)
+        subscription = _lock(subscription_id, user)
         if subscription.active == active:
             return subscription
         subscription.active = active
@@ -377,7 +382,7 @@ def subscription_delete(*, subscription_id: int, user: User) -> None:
     (``Subscription.DoesNotExist``).
     """
     with transaction.atomic():
-        subscription = _lock(subscription_id)
+        subscription = _lock(subscription_id, user)
         facts = _facts(subscription)
         messages = subscription.messages.count()
         subscription.delete()
@@ -396,7 +401,7 @@ def subscription_rotate_secret(*, subscription_id: int, user: User) -> str:
     at once: messages still pending are signed with the new one."""
     secret = secret_generate()
     with transaction.atomic():
-        subscription = _lock(subscription_id)
+        subscription = _lock(subscription_id, user)
         subscription.secret_sealed = vault().seal({"secret": secret})
         subscription.save(update_fields=["secret_sealed", "updated_at"])
         audit_record(
@@ -623,6 +628,10 @@ def message_redeliver(*, message_id: int, user: User) -> Message:
     already handled it can tell). The POST is queued; its attempt is marked as manual."""
     with transaction.atomic():
         message = Message.objects.select_for_update().get(pk=message_id)
+        try:
+            _lock(message.subscription_id, user)
+        except Subscription.DoesNotExist:
+            raise Message.DoesNotExist("no such message") from None
         message.status = Message.Status.PENDING
         message.next_attempt_at = timezone.now()
         message.save(update_fields=["status", "next_attempt_at"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import RequestFactory
@@ -10,9 +12,11 @@ from pandaweb.audit.models import AuditEvent
 from pandaweb.core.models import Membership, Team
 from pandaweb.core.permissions import teams_where
 from pandaweb.core.roles import Capability
+from pandaweb.sso import services as sso_services
 from pandaweb.sso.client import SsoRefused
 from pandaweb.sso.config import OidcSettings, parse_role_map
 from pandaweb.sso.services import sso_session_recheck, sso_sign_in
+from pandaweb.teams.services import team_create
 from tests.factories import team_make
 
 pytestmark = pytest.mark.django_db
@@ -79,3 +83,18 @@ def test_a_role_in_every_team_stays_a_role_group() -> None:
 
     assert held(user) == set()
     assert teams_where(user, Capability.EXPORT_AUDIT) is None
+
+
+def test_a_team_made_meanwhile_by_another_persons_first_sign_in_is_joined(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def made_by_the_other_sign_in_first(**fields: Any) -> Team:
+        team_create(**fields)
+        return team_create(**fields)
+
+    monkeypatch.setattr(sso_services, "team_create", made_by_the_other_sign_in_first)
+
+    user = sign_in(["buyers"])
+
+    assert held(user) == {("procurement", "Operators")}
+    assert Team.objects.filter(slug="procurement").count() == 1

@@ -11,6 +11,7 @@ from django.test import Client
 from pandaweb.audit.models import AuditEvent
 from pandaweb.core.models import Membership, Team
 from pandaweb.core.roles import Role
+from pandaweb.teams import services
 from tests.factories import member_of, team_make, user_with_role
 
 pytestmark = pytest.mark.django_db
@@ -118,3 +119,26 @@ def test_the_command_makes_teams_and_changes_roles() -> None:
     ]
     with pytest.raises(CommandError, match="no team called 'sales'"):
         call_command("team", "add", "sales", "pat", "Operators")
+
+
+def test_the_services_refuse_a_person_who_is_not_an_administrator() -> None:
+    team = team_make("payables")
+    operator = member_of(team, Role.OPERATORS)
+    events = AuditEvent.objects.count()
+
+    with pytest.raises(services.TeamError, match="only administrators manage teams"):
+        services.team_create(name="Mine", user=operator)
+    with pytest.raises(services.TeamError, match="only administrators manage teams"):
+        services.membership_grant(
+            team_id=team.pk, member=operator, role=Role.REVIEWERS.value, user=operator
+        )
+    with pytest.raises(services.TeamError, match="only administrators manage teams"):
+        services.membership_revoke(
+            team_id=team.pk, member=operator, role=Role.OPERATORS.value, user=operator
+        )
+
+    assert not Team.objects.filter(slug="mine").exists()
+    assert set(Membership.objects.filter(user=operator).values_list("role", flat=True)) == {
+        Role.OPERATORS.value
+    }
+    assert AuditEvent.objects.count() == events

@@ -499,3 +499,41 @@ def test_an_expired_request_is_announced_with_its_run_cancelled(
         ApprovalRequest.Status.EXPIRED,
         Run.Status.CANCELLED,
     )
+
+
+def test_the_services_answer_someone_who_may_not_manage_its_subscriptions_as_for_a_missing_one(
+    admin: User, operator: User, closed_port_url: str
+) -> None:
+    subscription = subscribe(admin, closed_port_url)
+    message = Message.objects.create(
+        subscription=subscription, msg_id="msg_1", event="run.finished", payload={},
+        status=Message.Status.FAILED, next_attempt_at=timezone.now(),
+    )  # fmt: skip
+    events = AuditEvent.objects.count()
+
+    changes = [
+        lambda: services.subscription_update(
+            subscription_id=subscription.pk,
+            user=operator,
+            name="Mine",
+            url=closed_port_url,
+            events=["run.finished"],
+            workflow_id=None,
+        ),
+        lambda: services.subscription_set_active(
+            subscription_id=subscription.pk, user=operator, active=False
+        ),
+        lambda: services.subscription_rotate_secret(subscription_id=subscription.pk, user=operator),
+        lambda: services.subscription_delete(subscription_id=subscription.pk, user=operator),
+    ]
+    for change in changes:
+        with pytest.raises(Subscription.DoesNotExist):
+            change()
+    with pytest.raises(Message.DoesNotExist):
+        services.message_redeliver(message_id=message.pk, user=operator)
+
+    subscription.refresh_from_db()
+    message.refresh_from_db()
+    assert (subscription.name, subscription.active) == ("ERP", True)
+    assert message.status == Message.Status.FAILED
+    assert AuditEvent.objects.count() == events
