@@ -140,11 +140,10 @@ def _lock(schedule_id: int) -> Schedule:
 def schedule_update(*, schedule_id: int, user: User, spec: ScheduleSpec) -> Schedule:
     """Change a schedule; its next time is computed afresh from now. Idempotent: the same values
     write no audit event."""
-    workflow = Schedule.objects.get(pk=schedule_id).workflow
-    _refuse_outside_team(user, workflow)
-    checked, inputs = _validated(workflow, spec)
     with transaction.atomic():
         schedule = _lock(schedule_id)
+        _refuse_outside_team(user, schedule.workflow)
+        checked, inputs = _validated(schedule.workflow, spec)
         before = _schedule_facts(schedule)
         schedule.name, schedule.cron, schedule.timezone = (
             checked.name,
