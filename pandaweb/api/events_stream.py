@@ -113,11 +113,6 @@ class Viewer:
     # in the run's team.
     team_roles: frozenset[tuple[int, str]] = frozenset()
 
-    def sees(self, kind: str, found: Found) -> bool:
-        """The team rule (``pandaweb.core.permissions.teams_where``) for one event."""
-        teams = self.approval_teams if kind == "approval.requested" else self.run_teams
-        return teams is None or found.team_id in teams
-
 
 @dataclass(frozen=True)
 class StreamFilter:
@@ -153,20 +148,37 @@ def _fullest_kind(event_type: str, to: str | None) -> str:
     return "run.status"
 
 
-def _kind(found: Found, context: TokenContext) -> str | None:
-    """The SSE event type of a run's log entry as this token sees it, or None if it sees none.
+def _kind(found: Found, viewer: Viewer) -> str | None:
+    """The SSE event type of a run's log entry as this stream sees it, or None if it sees none.
 
-    A run waiting for an approval or an answer is still a change of the run's status: a token
-    that may read runs but not approvals hears it as one, without the request's details.
+    A run waiting for an approval or an answer is still a change of the run's status: a stream
+    that may read the run but not the request (the token's scopes, the owner's teams, whom a
+    question asks) hears it as one, without the request's details.
     """
     fullest = _fullest_kind(found.type, found.to)
-    if fullest == "approval.requested" and context.allows(Scope.APPROVALS_READ):
+    context = viewer.context
+    if (
+        fullest == "approval.requested"
+        and context.allows(Scope.APPROVALS_READ)
+        and _reaches(viewer.approval_teams, found)
+    ):
         return fullest
-    if fullest == "question.asked" and context.allows(Scope.QUESTIONS_ANSWER):
+    if not _reaches(viewer.run_teams, found):
+        return None
+    if (
+        fullest == "question.asked"
+        and context.allows(Scope.QUESTIONS_ANSWER)
+        and _asked_of(viewer, found)
+    ):
         return fullest
     if not context.allows(Scope.RUNS_READ):
         return None
     return "step" if fullest == "step" else "run.status"
+
+
+def _reaches(teams: frozenset[int] | None, found: Found) -> bool:
+    """The team rule (``pandaweb.core.permissions.teams_where``) for one event."""
+    return teams is None or found.team_id in teams
 
 
 def _opened_with(model: type[ApprovalRequest] | type[Question], event: RunEvent) -> Any:
@@ -325,10 +337,8 @@ def batch_for(read: Read, viewer: Viewer, flt: StreamFilter) -> Batch:
     for found in read.found:
         if not flt.selects(found):
             continue
-        kind = _kind(found, viewer.context)
-        if kind is None or not viewer.sees(kind, found):
-            continue
-        if kind == "question.asked" and not _asked_of(viewer, found):
+        kind = _kind(found, viewer)
+        if kind is None:
             continue
         fullest = kind == _fullest_kind(found.type, found.to)
         data = found.data if fullest else _status_only(found.data)

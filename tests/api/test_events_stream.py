@@ -21,7 +21,8 @@ from django.utils import timezone
 from approvals.models import Question
 from pandaweb.api import events_stream
 from pandaweb.api.models import ApiToken
-from pandaweb.api.services import hash_secret, token_revoke
+from pandaweb.api.scopes import Scope
+from pandaweb.api.services import TokenContext, hash_secret, token_revoke
 from pandaweb.core.roles import Role
 from sessions import services
 from sessions.models import Run, RunEvent
@@ -502,3 +503,48 @@ async def test_a_stream_hears_only_its_owners_teams(
     assert "no workflow has the slug 'acme-pay-invoice'" in missing.content.decode()
     await insider.streaming_content.aclose()
     await outsider.streaming_content.aclose()
+
+
+def test_a_wait_the_owner_may_not_see_the_request_of_is_heard_as_a_status_change() -> None:
+    """A reviewer in team A who watches team B's runs (as an operator there) hears B's approval
+    wait as a run status, and A's with the request; a question asked of someone else likewise."""
+    everything = frozenset(Scope)
+    owner = User(pk=7, username="pat")
+    context = TokenContext(
+        token_id=1, name="t", kind="personal", user=owner, scopes=everything,
+        effective=everything, principal="token:1",
+    )  # fmt: skip
+    viewer = events_stream.Viewer(
+        context=context, groups=frozenset(), run_teams=frozenset({1, 2}),
+        approval_teams=frozenset({1}), team_roles=frozenset({(1, "Reviewers"), (2, "Operators")}),
+    )  # fmt: skip
+    data = {
+        "run": 5, "workflow": "pay", "at": "2026-12-06T10:00:00+00:00", "status": "x",
+        "previous": "running", "reason": "", "links": {"run": "/api/v1/runs/5"}, "approval": {},
+    }  # fmt: skip
+
+    def wait(pk: int, team: int, to: str, asks: str = "") -> events_stream.Found:
+        return events_stream.Found(
+            pk=pk, run_id=5, workflow_id=3, team_id=team, launched_by_id=9, type="status",
+            to=to, data=data, asks=asks,
+        )  # fmt: skip
+
+    read = events_stream.Read(
+        position=4,
+        at_gap=False,
+        found=(
+            wait(1, 1, Run.Status.AWAITING_APPROVAL),
+            wait(2, 2, Run.Status.AWAITING_APPROVAL),
+            wait(3, 2, Run.Status.AWAITING_ANSWER, asks="Reviewers"),
+            wait(4, 3, Run.Status.AWAITING_APPROVAL),
+        ),
+    )
+
+    sent = events_stream.batch_for(read, viewer, events_stream.StreamFilter()).messages
+
+    assert [message.split("\n")[1] for message in sent] == [
+        "event: approval.requested",
+        "event: run.status",
+        "event: run.status",
+    ]
+    assert '"approval"' not in sent[1]
