@@ -30,7 +30,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
@@ -42,8 +42,7 @@ from pandaweb.api.problems import Problem
 from pandaweb.api.scopes import Scope
 from pandaweb.api.services import BEARER_NEEDED, TokenContext, token_refusal, tokens_authenticate
 from pandaweb.core.consumers import read_only
-from pandaweb.core.models import Membership
-from pandaweb.core.permissions import TEAM_ROLES_GRANTING, in_teams
+from pandaweb.core.permissions import in_teams
 from pandaweb.core.roles import Capability
 from sessions.events import RUNS_GROUP
 from sessions.layer import receive_group_on_this_loop, stop_receiving_group_on_this_loop
@@ -280,50 +279,17 @@ def viewers_get(raw_tokens: Iterable[str]) -> dict[str, Viewer | None]:
     memberships = User.groups.through.objects.filter(user_id__in=owners)
     for user_id, name in memberships.values_list("user_id", "group__name"):
         groups[user_id].add(name)
-    reach = _team_reach(owners)
     return {
         raw: None
         if context is None
-        else Viewer(context, frozenset(groups[context.user.pk]), *reach[context.user.pk])
-        for raw, context in contexts.items()
-    }
-
-
-TeamReach = tuple[frozenset[int] | None, frozenset[int] | None, frozenset[tuple[int, str]]]
-
-
-def _team_reach(owners: dict[int, User]) -> dict[int, TeamReach]:
-    """``teams_where`` for runs and approvals of every owner at once, in three queries whatever
-    the number of streams: the owners' global capabilities (through groups and their own), and
-    their team memberships."""
-    wanted = (Capability.VIEW_RUNS.value, Capability.VIEW_APPROVALS.value)
-    core = Permission.objects.filter(content_type__app_label="core", codename__in=wanted)
-    held: dict[int, set[str]] = {owner: set() for owner in owners}
-    for user_id, codename in core.filter(group__user__in=owners).values_list(
-        "group__user", "codename"
-    ):
-        held[user_id].add(codename)
-    for user_id, codename in core.filter(user__in=owners).values_list("user", "codename"):
-        held[user_id].add(codename)
-    roles: dict[int, set[tuple[int, str]]] = {owner: set() for owner in owners}
-    for user_id, team_id, role in Membership.objects.filter(user_id__in=owners).values_list(
-        "user_id", "team_id", "role"
-    ):
-        roles[user_id].add((team_id, role))
-
-    def teams(owner: int, capability: Capability) -> frozenset[int] | None:
-        if owners[owner].is_superuser or capability.value in held[owner]:
-            return None
-        granting = TEAM_ROLES_GRANTING[capability]
-        return frozenset(team for team, role in roles[owner] if role in granting)
-
-    return {
-        owner: (
-            teams(owner, Capability.VIEW_RUNS),
-            teams(owner, Capability.VIEW_APPROVALS),
-            frozenset(roles[owner]),
+        else Viewer(
+            context,
+            frozenset(groups[context.user.pk]),
+            run_teams=context.access.teams_where(Capability.VIEW_RUNS),
+            approval_teams=context.access.teams_where(Capability.VIEW_APPROVALS),
+            team_roles=context.access.team_roles,
         )
-        for owner in owners
+        for raw, context in contexts.items()
     }
 
 

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 from oauth2_provider.generators import generate_client_secret
 from oauth2_provider.models import get_access_token_model, get_application_model
@@ -26,9 +25,8 @@ from oauth2_provider.models import get_access_token_model, get_application_model
 from pandaweb.api.models import ApiToken, OAuthClient, ServiceAccount
 from pandaweb.api.scopes import SCOPE_CAPABILITY, Scope
 from pandaweb.audit.services import audit_record
-from pandaweb.core.models import Membership
-from pandaweb.core.permissions import is_admin, user_can
-from pandaweb.core.roles import ROLE_CAPABILITIES, Capability, Role
+from pandaweb.core.permissions import Access, access_of, is_admin, user_can
+from pandaweb.core.roles import Capability, Role
 
 PREFIX = "pw_"
 # Access tokens of OAuth clients (pandaweb/api/oauth.py makes them).
@@ -61,6 +59,8 @@ class TokenContext:
     # Whom rate limits count and MCP sessions belong to: the API token, or the OAuth client
     # (whose access tokens are replaced every few minutes).
     principal: str
+    # The owner's roles as read with the token: which teams' objects it reaches.
+    access: Access
     client_id: str = ""  # an OAuth client's; empty for an API token
     expires_at: datetime | None = None
 
@@ -94,27 +94,6 @@ def effective_scopes(user: User, scopes: Iterable[str]) -> frozenset[Scope]:
     return frozenset(s for s in granted if _role_allows(user, s))
 
 
-def _capabilities(user: User) -> frozenset[str]:
-    """The owner's capability codenames in any team, in two queries (``user.has_perm`` takes two
-    for the global ones alone: the user's own permissions and their groups'). The same answer as
-    ``user_can`` without a team for every capability: active users only, superusers hold all,
-    global permissions come from the model backend, team roles from memberships; which team's
-    objects a token reaches is decided per object, as for its owner on the dashboard."""
-    if not user.is_active:
-        return frozenset()
-    if user.is_superuser:
-        return frozenset(c.value for c in Capability)
-    codenames = (
-        Permission.objects.filter(content_type__app_label="core")
-        .filter(Q(user=user) | Q(group__user=user))
-        .values_list("codename", flat=True)
-        .distinct()
-    )
-    team_roles = Membership.objects.filter(user=user).values_list("role", flat=True).distinct()
-    in_teams = {c.value for role in team_roles for c in ROLE_CAPABILITIES[Role(role)]}
-    return frozenset(codenames) | frozenset(in_teams)
-
-
 def token_authenticate(raw: str) -> TokenContext | None:
     """The bearer token ``raw`` (an API token or an OAuth access token), or None when it is
     unknown, revoked, expired or its owner is inactive (the caller answers all of these with 401,
@@ -146,14 +125,15 @@ def _context(
     name: str,
     kind: str,
     user: User,
-    held: frozenset[str],
+    access: Access,
     granted: Iterable[str],
     principal: str,
     client_id: str = "",
     expires_at: datetime | None = None,
 ) -> TokenContext:
-    """What a token may do now: its grant, narrowed to the capabilities the owner's role holds
-    today (``held``, from ``_capabilities``)."""
+    """What a token may do now: its grant, narrowed to the capabilities the owner holds today
+    in any team (``access``); which team's objects it reaches is decided per object, as for
+    its owner on the dashboard."""
     scopes = frozenset(Scope(s) for s in granted if s in Scope._value2member_map_)
     return TokenContext(
         token_id=token_id,
@@ -161,8 +141,9 @@ def _context(
         kind=kind,
         user=user,
         scopes=scopes,
-        effective=frozenset(s for s in scopes if _held(SCOPE_CAPABILITY[s], held)),
+        effective=frozenset(s for s in scopes if _held(SCOPE_CAPABILITY[s], access.anywhere)),
         principal=principal,
+        access=access,
         client_id=client_id,
         expires_at=expires_at,
     )
@@ -177,7 +158,7 @@ def _api_tokens_authenticate(raws: list[str]) -> dict[str, TokenContext]:
         secret_sha256__in=by_hash, revoked_at__isnull=True
     )
     now = timezone.now()
-    held: dict[int, frozenset[str]] = {}
+    owners = access_of({token.user for token in tokens})
     found: dict[str, TokenContext] = {}
     for token in tokens:
         if not token.user.is_active:
@@ -189,14 +170,12 @@ def _api_tokens_authenticate(raws: list[str]) -> dict[str, TokenContext]:
             ApiToken.objects.filter(pk=token.pk, last_used_at=token.last_used_at).update(
                 last_used_at=now
             )
-        if token.user_id not in held:
-            held[token.user_id] = _capabilities(token.user)
         found[by_hash[token.secret_sha256]] = _context(
             token_id=token.pk,
             name=token.name,
             kind=token.kind,
             user=token.user,
-            held=held[token.user_id],
+            access=owners[token.user_id],
             granted=token.scopes,
             principal=f"token:{token.pk}",
             expires_at=token.expires_at,
@@ -204,9 +183,9 @@ def _api_tokens_authenticate(raws: list[str]) -> dict[str, TokenContext]:
     return found
 
 
-def _held(capability: Capability | None, held: frozenset[str]) -> bool:
+def _held(capability: Capability | None, held: frozenset[Capability]) -> bool:
     # Only active owners get this far (token_authenticate), and they hold what needs nothing.
-    return capability is None or capability.value in held
+    return capability is None or capability in held
 
 
 def _access_token_find(raw: str) -> Any:
@@ -233,7 +212,7 @@ def _access_token_authenticate(raw: str) -> TokenContext | None:
         name=application.name,
         kind="oauth",
         user=application.user,
-        held=_capabilities(application.user),
+        access=access_of([application.user])[application.user.pk],
         granted=access.scope.split(),
         principal=f"oauth-client:{client.pk}",
         client_id=application.client_id,

@@ -1,10 +1,17 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, PermissionsMixin, User
+from django.contrib.auth.models import (
+    AbstractBaseUser,
+    AnonymousUser,
+    Permission,
+    PermissionsMixin,
+    User,
+)
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponseBase
@@ -26,28 +33,80 @@ _CACHE = "_pandaweb_team_access"
 M = TypeVar("M", bound=Model)
 
 
+@dataclass(frozen=True)
+class Access:
+    """What one person holds: the capabilities they hold in every team (a global role, a
+    permission granted to them, superuser) and their team roles as (team id, role)."""
+
+    everywhere: frozenset[Capability]
+    team_roles: frozenset[tuple[int, str]]
+
+    def teams_where(self, capability: Capability) -> frozenset[int] | None:
+        """The teams where this person holds ``capability``; None means every team."""
+        if capability in self.everywhere:
+            return None
+        granting = TEAM_ROLES_GRANTING[capability]
+        return frozenset(team for team, role in self.team_roles if role in granting)
+
+    @property
+    def anywhere(self) -> frozenset[Capability]:
+        """The capabilities held in at least one team."""
+        in_teams = {c for _, role in self.team_roles for c in ROLE_CAPABILITIES[Role(role)]}
+        return self.everywhere | in_teams
+
+
+NO_ACCESS = Access(everywhere=frozenset(), team_roles=frozenset())
+
+
+def access_of(users: Iterable[User]) -> dict[int, Access]:
+    """``Access`` of many people at once, in three queries whatever their number (global
+    permissions through groups, their own, team memberships): the one reading of roles that
+    ``teams_where`` and the token checks share. Inactive people hold nothing."""
+    people = {user.pk: user for user in users}
+    everywhere: dict[int, set[Capability]] = {pk: set() for pk in people}
+    roles: dict[int, set[tuple[int, str]]] = {pk: set() for pk in people}
+    if people:
+        core = Permission.objects.filter(
+            content_type__app_label="core", codename__in=[c.value for c in Capability]
+        )
+        granted = [
+            *core.filter(group__user__in=people).values_list("group__user", "codename"),
+            *core.filter(user__in=people).values_list("user", "codename"),
+        ]
+        for pk, codename in granted:
+            everywhere[pk].add(Capability(codename))
+        memberships = Membership.objects.filter(user_id__in=people)
+        for pk, team_id, role in memberships.values_list("user_id", "team_id", "role"):
+            roles[pk].add((team_id, role))
+    return {
+        pk: NO_ACCESS
+        if not user.is_active
+        else Access(
+            everywhere=frozenset(Capability) if user.is_superuser else frozenset(everywhere[pk]),
+            team_roles=frozenset(roles[pk]),
+        )
+        for pk, user in people.items()
+    }
+
+
+def access(user: AbstractBaseUser | AnonymousUser) -> Access:
+    """``user``'s ``Access``, read once per user object and kept on it: a request, a websocket
+    message or a stream's token check each load the user afresh, so a role removed takes effect
+    at the next one."""
+    if not isinstance(user, User) or not (user.is_authenticated and user.is_active):
+        return NO_ACCESS
+    cached: Access | None = user.__dict__.get(_CACHE)
+    if cached is None:
+        cached = user.__dict__[_CACHE] = access_of([user])[user.pk]
+    return cached
+
+
 def teams_where(
     user: AbstractBaseUser | AnonymousUser, capability: Capability
 ) -> frozenset[int] | None:
     """The ids of the teams in which ``user`` holds ``capability``; None means every team (a
-    global role: admins, compliance given every team, a permission granted to the person).
-
-    One query per capability per user object, kept on it: a request, a websocket message or a
-    stream's token check each load the user afresh, so a membership removed takes effect at the
-    next one.
-    """
-    if not isinstance(user, PermissionsMixin) or not (user.is_authenticated and user.is_active):
-        return frozenset()
-    if user.has_perm(capability.perm):
-        return None
-    cache: dict[Capability, frozenset[int]] = user.__dict__.setdefault(_CACHE, {})
-    if capability not in cache:
-        cache[capability] = frozenset(
-            Membership.objects.filter(
-                user_id=user.pk, role__in=TEAM_ROLES_GRANTING[capability]
-            ).values_list("team_id", flat=True)
-        )
-    return cache[capability]
+    global role: admins, compliance given every team, a permission granted to the person)."""
+    return access(user).teams_where(capability)
 
 
 def is_admin(user: AbstractBaseUser | AnonymousUser) -> bool:

@@ -23,6 +23,7 @@ from pandaweb.api import events_stream
 from pandaweb.api.models import ApiToken
 from pandaweb.api.scopes import Scope
 from pandaweb.api.services import TokenContext, hash_secret, token_revoke
+from pandaweb.core.permissions import NO_ACCESS
 from pandaweb.core.roles import Role
 from sessions import services
 from sessions.models import Run, RunEvent
@@ -462,10 +463,10 @@ def test_the_fan_out_checks_every_token_of_its_streams_in_a_few_queries(
     )
     events_stream.viewers_get([*tokens, revoked])  # last_used_at written: at most once a minute
 
-    # However many tokens: one for the tokens and their owner, two for the owner's capabilities
-    # (permissions, team roles), one for their groups, three for the teams they see (global
-    # capabilities through groups and their own, memberships).
-    with django_assert_max_num_queries(7):
+    # However many tokens and owners: one for the tokens and their owners, three for the owners'
+    # roles (global capabilities through groups and their own, team memberships), one for their
+    # groups.
+    with django_assert_max_num_queries(5):
         viewers = events_stream.viewers_get([*tokens, revoked, "pw_unknown"])
 
     assert viewers[revoked] is None
@@ -512,7 +513,7 @@ def test_a_wait_the_owner_may_not_see_the_request_of_is_heard_as_a_status_change
     owner = User(pk=7, username="pat")
     context = TokenContext(
         token_id=1, name="t", kind="personal", user=owner, scopes=everything,
-        effective=everything, principal="token:1",
+        effective=everything, principal="token:1", access=NO_ACCESS,
     )  # fmt: skip
     viewer = events_stream.Viewer(
         context=context, groups=frozenset(), run_teams=frozenset({1, 2}),

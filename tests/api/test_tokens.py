@@ -261,12 +261,13 @@ def test_admins_make_service_accounts_and_their_tokens_on_the_page(admin: User) 
 
 
 @pytest.mark.parametrize("role", [*Role, None])
-def test_the_one_query_capabilities_agree_with_user_can(role: Role | None) -> None:
-    from pandaweb.api.services import _capabilities
-    from pandaweb.core.permissions import user_can
+def test_the_capabilities_read_with_a_token_agree_with_user_can(role: Role | None) -> None:
+    from pandaweb.core.permissions import access_of, user_can
     from pandaweb.core.roles import Capability
 
     user = user_with_role(role)
-    assert _capabilities(user) == {c.value for c in Capability if user_can(user, c)}
     superuser = user_with_role(None, is_superuser=True)
-    assert _capabilities(superuser) == {c.value for c in Capability}
+    held = access_of([user, superuser])
+
+    assert held[user.pk].anywhere == {c for c in Capability if user_can(user, c)}
+    assert held[superuser.pk].anywhere == set(Capability)

@@ -125,7 +125,7 @@ def test_teams_and_memberships_change_with_an_audit_event() -> None:
         membership_grant(team_id=team.pk, member=person, role="Admins", user=admin)
 
 
-def test_one_person_is_asked_one_query_per_capability(
+def test_a_persons_roles_are_read_once_per_user_object(
     payables: Team, django_assert_num_queries: object
 ) -> None:
     person = User.objects.get(pk=member_of(payables, Role.OPERATORS).pk)
