@@ -26,7 +26,7 @@ from pandaweb.audit.bundles import run_bundle_to_file
 from pandaweb.audit.chain import VerifyResult
 from pandaweb.audit.checkpoints import audit_verify_checkpoints, checkpoint_dir
 from pandaweb.audit.models import AuditEvent
-from pandaweb.audit.services import audit_verify_database, audit_verify_team
+from pandaweb.audit.services import audit_verify_database, audit_verify_teams
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.permissions import capability_required, teams_where, user_can
 from pandaweb.core.roles import Capability
@@ -202,27 +202,12 @@ def audit_verify(request: AuthenticatedRequest) -> HttpResponse:
             # chain.
             result, _ = audit_verify_checkpoints(result, directory)
     else:
-        result = _verify_teams(teams)
+        result = audit_verify_teams(teams)
     if request.htmx:
         context = {"verify": result, "can_export": True, "teams_only": teams is not None}
         return render(request, "audit/index.html#chain", context)
     context = {**_index_context(request), "verify": result}
     return render(request, "audit/index.html", context)
-
-
-def _verify_teams(teams: frozenset[int]) -> VerifyResult:
-    """Each of ``teams``' chains on its own: the first that breaks, else all of them in one result
-    (the head is a team's head only when there is one team)."""
-    results = [audit_verify_team(team_id=team_id) for team_id in sorted(teams)]
-    for result in results:
-        if not result.ok:
-            return result
-    return VerifyResult(
-        ok=True,
-        count=sum(result.count for result in results),
-        last_hash=results[0].last_hash if len(results) == 1 else "",
-        last_sequence=max((r.last_sequence or 0 for r in results), default=0) or None,
-    )
 
 
 @require_GET

@@ -3,7 +3,6 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -11,7 +10,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from pandaweb.core.http import AuthenticatedRequest
 from pandaweb.core.models import Membership, Team
 from pandaweb.core.permissions import is_admin
-from pandaweb.teams import services
+from pandaweb.teams import selectors, services
 
 
 def _admin_only(request: AuthenticatedRequest) -> None:
@@ -37,18 +36,8 @@ def team_index(request: AuthenticatedRequest) -> HttpResponse:
             return redirect("teams:detail", slug=team.slug)
         except services.TeamError as exc:
             error = str(exc)
-    teams = Team.objects.annotate(
-        people=Count("memberships__user", distinct=True),
-        workflow_count=Count("workflows", distinct=True),
-    )
-    mine = Membership.objects.filter(user=request.user).select_related("team")
-    if not admin:
-        teams = teams.filter(pk__in=mine.values("team_id"))
-    roles: dict[int, list[str]] = {}
-    for membership in mine:
-        roles.setdefault(membership.team_id, []).append(membership.get_role_display())
     context = {
-        "teams": [{"team": team, "my_roles": roles.get(team.pk, [])} for team in teams],
+        "teams": selectors.teams_listed(request.user),
         "admin": admin,
         "error": error,
         "form": request.POST if error else {},
@@ -66,7 +55,7 @@ def team_detail(request: AuthenticatedRequest, slug: str) -> HttpResponse:
 def _detail_context(team: Team, **extra: object) -> dict[str, object]:
     return {
         "team": team,
-        "memberships": team.memberships.select_related("user").order_by("user__username", "role"),
+        "memberships": selectors.team_members(team),
         "roles": Membership.TeamRole.choices,
         **extra,
     }
