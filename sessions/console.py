@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.selectors import approvals_visible_to, question_count_for
-from pandaweb.core.permissions import in_teams
+from pandaweb.core.permissions import in_teams, teams_where
 from pandaweb.core.roles import Capability
 from sessions.models import Run, SavedRunView, ScratchSession, StepResult
 from sessions.selectors import runs_visible_to
@@ -318,15 +318,19 @@ def run_csv_rows(flt: RunFilter, *, user: Any) -> Iterator[str]:
 def filter_choices(user: Any) -> dict[str, Any]:
     """What the filter form offers ``user``: a fixed number of small queries."""
     workflows = in_teams(Workflow.objects.all(), user, Capability.VIEW_RUNS)
+    teams = teams_where(user, Capability.VIEW_RUNS)
+    # Someone who sees some teams' runs is offered the people who launched those runs only.
+    launchers = (
+        get_user_model().objects.filter(is_active=True)
+        if teams is None
+        else get_user_model().objects.filter(
+            pk__in=Run.objects.filter(team__in=teams).values("launched_by")
+        )
+    )
     return {
         "workflows": list(workflows.order_by("name").values_list("slug", "name")[:500]),
         "statuses": Run.Status.choices,
-        "launchers": list(
-            get_user_model()
-            .objects.filter(is_active=True)
-            .order_by("username")
-            .values_list("username", flat=True)[:500]
-        ),
+        "launchers": list(launchers.order_by("username").values_list("username", flat=True)[:500]),
     }
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from typing import Any, Literal, TypeVar
 
+from django.contrib.auth.models import User
 from django.db.models import Model, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
@@ -154,13 +155,28 @@ def audit_page(
     )
 
 
-def known_actions() -> list[str]:
-    """Every action in the trail, and each family prefix ("run.") before its members."""
-    actions = list(
-        AuditEvent.objects.order_by("action").values_list("action", flat=True).distinct()
-    )
+def known_actions(teams: frozenset[int] | None = None) -> list[str]:
+    """Every action in the trail of ``teams`` (None: all of it), and each family prefix
+    ("run.") before its members."""
+    events = AuditEvent.objects.all()
+    if teams is not None:
+        events = events.filter(team_id__in=teams)
+    actions = list(events.order_by("action").values_list("action", flat=True).distinct())
     families = sorted({action.split(".", 1)[0] + "." for action in actions if "." in action})
     return families + actions
+
+
+def known_actors(teams: frozenset[int] | None = None) -> list[str]:
+    """The usernames to suggest for the actor filter: everyone's for a reader of the whole
+    trail; for a reader of some teams, only who acted in those teams' events."""
+    if teams is None:
+        return list(User.objects.order_by("username").values_list("username", flat=True))
+    return list(
+        AuditEvent.objects.filter(team_id__in=teams, actor__isnull=False)
+        .order_by("actor__username")
+        .values_list("actor__username", flat=True)
+        .distinct()
+    )
 
 
 def workflow_choices(teams: frozenset[int] | None = None) -> QuerySet[Workflow]:

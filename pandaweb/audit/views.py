@@ -14,7 +14,6 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.models import User
 from django.http import FileResponse, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
@@ -177,8 +176,8 @@ def _index_context(request: AuthenticatedRequest) -> dict[str, Any]:
         "newer_query": form.query(after=page.newer_than) if page.newer_than else "",
         "older_query": form.query(before=page.older_than) if page.older_than else "",
         "newest_query": form.query() if (data.get("before") or data.get("after")) else "",
-        "actions": selectors.known_actions(),
-        "usernames": User.objects.order_by("username").values_list("username", flat=True),
+        "actions": selectors.known_actions(teams),
+        "usernames": selectors.known_actors(teams),
         # The whole chain's head is the installation's: a team's reader verifies their teams'.
         "head": selectors.chain_head() if teams is None else None,
         "teams_only": teams is not None,

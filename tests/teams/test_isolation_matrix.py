@@ -326,8 +326,9 @@ def team_b_world(tmp_path: Path, run_files_in_tmp: Path) -> World:
     }
     names = list(Workflow.objects.values_list("name", flat=True))
     slugs = list(Workflow.objects.values_list("slug", flat=True))
+    # B's people's names too (the audit trail's actor suggestions).
     markers = (*names, *slugs, credential.name, "INV-2042", "Monthly supplier payment",
-               "ERP run outcomes")  # fmt: skip
+               "ERP run outcomes", b_operator.get_username())  # fmt: skip
     return World(ids=ids, markers=markers)
 
 
