@@ -5,6 +5,8 @@ from django.db import models
 from django.db.models import Q
 from oauth2_provider.settings import oauth2_settings
 
+from pandaweb.core.models import Team
+
 
 class ServiceAccount(models.Model):
     """Marks a user as a machine (an ERP, a ticket system) rather than a person.
@@ -47,6 +49,11 @@ class ApiToken(models.Model):
     prefix = models.CharField(max_length=16)
     secret_sha256 = models.CharField(max_length=64, unique=True)
     scopes = models.JSONField(default=list)
+    # A token limited to one of its owner's teams reaches that team's objects only; without
+    # one it reaches all the owner's teams.
+    team = models.ForeignKey(
+        Team, on_delete=models.PROTECT, related_name="+", null=True, blank=True
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )

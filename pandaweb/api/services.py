@@ -25,7 +25,8 @@ from oauth2_provider.models import get_access_token_model, get_application_model
 from pandaweb.api.models import ApiToken, OAuthClient, ServiceAccount
 from pandaweb.api.scopes import SCOPE_CAPABILITY, Scope
 from pandaweb.audit.services import audit_record
-from pandaweb.core.permissions import Access, access_of, is_admin, user_can
+from pandaweb.core.models import Team
+from pandaweb.core.permissions import Access, access_of, access_remember, is_admin, user_can
 from pandaweb.core.roles import Capability, Role
 
 PREFIX = "pw_"
@@ -84,14 +85,18 @@ def hash_secret(raw: str) -> str:
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
-def _role_allows(user: User, scope: Scope) -> bool:
+def _role_allows(user: User, scope: Scope, team_id: int | None = None) -> bool:
     capability = SCOPE_CAPABILITY[scope]
-    return user.is_active if capability is None else user_can(user, capability)
+    return user.is_active if capability is None else user_can(user, capability, team_id=team_id)
 
 
-def effective_scopes(user: User, scopes: Iterable[str]) -> frozenset[Scope]:
+def effective_scopes(
+    user: User, scopes: Iterable[str], *, team_id: int | None = None
+) -> frozenset[Scope]:
+    """The ``scopes`` ``user``'s roles allow today: in any team, or in the team ``team_id``
+    (a token limited to it)."""
     granted = {Scope(s) for s in scopes if s in Scope._value2member_map_}
-    return frozenset(s for s in granted if _role_allows(user, s))
+    return frozenset(s for s in granted if _role_allows(user, s, team_id))
 
 
 def token_authenticate(raw: str) -> TokenContext | None:
@@ -175,12 +180,20 @@ def _api_tokens_authenticate(raws: list[str]) -> dict[str, TokenContext]:
             name=token.name,
             kind=token.kind,
             user=token.user,
-            access=owners[token.user_id],
+            access=_token_access(token, owners[token.user_id]),
             granted=token.scopes,
             principal=f"token:{token.pk}",
             expires_at=token.expires_at,
         )
     return found
+
+
+def _token_access(token: ApiToken, owner: Access) -> Access:
+    """What the token reaches: its owner's teams, or the one it is limited to; kept on the
+    token's user object so that every check of the request asks the same."""
+    held = owner if token.team_id is None else owner.limited_to(token.team_id)
+    access_remember(token.user, held)
+    return held
 
 
 def _held(capability: Capability | None, held: frozenset[Capability]) -> bool:
@@ -292,12 +305,14 @@ def token_create(
     scopes: Iterable[str],
     expires_at: datetime | None,
     via: TokenContext | None = None,
+    team: str | None = None,
 ) -> tuple[ApiToken, str]:
     """Make a token for ``owner`` and return it with its secret (shown once, stored hashed).
 
     A person makes personal tokens for themself; only admins make tokens for a service account.
-    Scopes beyond the owner's role are refused here (they would grant nothing). Made ``via`` a
-    token (the API), it gets no scope that token may not use and expires no later: a token
+    Scopes beyond the owner's role are refused here (they would grant nothing). ``team`` (a
+    slug) limits it to that one of the owner's teams. Made ``via`` a token (the API), it gets no
+    scope that token may not use, expires no later and is limited to the same team: a token
     never mints a stronger one. Not idempotent.
     """
     name = name.strip()
@@ -317,6 +332,7 @@ def token_create(
             f"The token making it expires at {via.expires_at.isoformat()}; this one must "
             "expire by then too."
         )
+    team_id = _token_team(owner, team, via, errors)
     service = ServiceAccount.objects.filter(user=owner).exists()
     if service:
         if not may_manage_service_accounts(actor):
@@ -335,6 +351,7 @@ def token_create(
                 prefix=raw[:_SHOWN_CHARS],
                 secret_sha256=hash_secret(raw),
                 scopes=wanted,
+                team_id=team_id,
                 created_by=actor,
                 expires_at=expires_at,
             )
@@ -350,7 +367,9 @@ def token_create(
                     "prefix": token.prefix,
                     "scopes": wanted,
                     "expires_at": expires_at,
+                    "team": team or None,
                 },
+                team_id=team_id,
             )
     except IntegrityError:
         raise TokenError(
@@ -358,6 +377,37 @@ def token_create(
             {"name": [f"{owner.get_username()} already has a token named {name!r}."]},
         ) from None
     return token, raw
+
+
+def token_team_choices(owner: User) -> list[tuple[str, str]]:
+    """The teams (slug, name) a token of ``owner`` may be limited to: those where they hold a
+    role; every team for a role held in all of them."""
+    held = access_of([owner])[owner.pk]
+    teams = Team.objects.order_by("name")
+    if not held.everywhere:
+        teams = teams.filter(pk__in={team for team, _ in held.team_roles})
+    return list(teams.values_list("slug", "name"))
+
+
+def _token_team(
+    owner: User, team: str | None, via: TokenContext | None, errors: dict[str, list[str]]
+) -> int | None:
+    """The id of the team the new token is limited to (None: all the owner's teams)."""
+    limited = via.access.team if via is not None else None
+    if not team:
+        return limited
+    found = Team.objects.filter(slug=team).first()
+    if found is None or not any(user_can(owner, c, team_id=found.pk) for c in Capability):
+        errors.setdefault("team", []).append(
+            f"{owner.get_username()} is in no team called {team!r}."
+        )
+        return None
+    if limited is not None and found.pk != limited:
+        errors.setdefault("team", []).append(
+            "The token making it is limited to another team; this one must be limited to it too."
+        )
+        return None
+    return found.pk
 
 
 def token_revoke(*, token_id: int, actor: User) -> ApiToken:

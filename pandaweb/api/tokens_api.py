@@ -39,6 +39,9 @@ class TokenOut(Schema):
     owner: str
     prefix: str = Field(description="The secret's first characters: enough to recognise it.")
     scopes: list[str] = Field(description="As granted when it was made.")
+    team: str | None = Field(
+        description="The one team it is limited to (its slug), or null: all the owner's teams."
+    )
     effective_scopes: list[str] = Field(
         description="The granted scopes the owner's role allows today: what it may do."
     )
@@ -65,6 +68,12 @@ class TokenIn(Schema):
         description="Optional; no later than the token making it expires. A time without a "
         "zone is the server's.",
     )
+    team: str | None = Field(
+        None,
+        description="Limit it to this one of the owner's teams (a slug): it then reaches that "
+        "team's workflows, runs and approvals only. A token made with a limited token is "
+        "limited to the same team.",
+    )
 
 
 class ServiceAccountOut(Schema):
@@ -88,6 +97,9 @@ def _url(name: str, **kwargs: Any) -> str:
     return reverse(f"api:{name}", kwargs=kwargs)
 
 
+_TOKEN_RELATED = ("user", "created_by", "revoked_by", "team")
+
+
 def _token_out(token: ApiToken) -> dict[str, Any]:
     return {
         "id": token.pk,
@@ -97,8 +109,10 @@ def _token_out(token: ApiToken) -> dict[str, Any]:
         "prefix": token.prefix,
         "scopes": list(token.scopes),
         "effective_scopes": sorted(
-            s.value for s in services.effective_scopes(token.user, token.scopes)
+            s.value
+            for s in services.effective_scopes(token.user, token.scopes, team_id=token.team_id)
         ),
+        "team": token.team.slug if token.team else None,
         "created_by": token.created_by.get_username(),
         "created_at": token.created_at,
         "expires_at": token.expires_at,
@@ -110,7 +124,9 @@ def _token_out(token: ApiToken) -> dict[str, Any]:
 
 
 def _tokens_of(user: User) -> list[TokenOut]:
-    found = ApiToken.objects.filter(user=user).select_related("user", "created_by", "revoked_by")
+    found = ApiToken.objects.filter(user=user).select_related(
+        "user", "created_by", "revoked_by", "team"
+    )
     return [TokenOut(**_token_out(t)) for t in found.order_by("-created_at", "-pk")]
 
 
@@ -130,10 +146,11 @@ def _create(context: TokenContext, owner: User, payload: TokenIn) -> TokenCreate
             scopes=payload.scopes,
             expires_at=expires_at,
             via=context,
+            team=payload.team,
         )
     except services.TokenError as exc:
         raise _refused(exc) from None
-    made = ApiToken.objects.select_related("user", "created_by", "revoked_by").get(pk=token.pk)
+    made = ApiToken.objects.select_related(*_TOKEN_RELATED).get(pk=token.pk)
     return TokenCreatedOut(**_token_out(made), secret=raw)
 
 
@@ -171,7 +188,7 @@ def token_revoke(request: HttpRequest, token_id: int) -> TokenOut:
     ):
         raise Http404("no such token")
     services.token_revoke(token_id=token.pk, actor=context.user)
-    revoked = ApiToken.objects.select_related("user", "created_by", "revoked_by").get(pk=token.pk)
+    revoked = ApiToken.objects.select_related(*_TOKEN_RELATED).get(pk=token.pk)
     return TokenOut(**_token_out(revoked))
 
 

@@ -49,6 +49,7 @@ def _create(request: AuthenticatedRequest, owner: User) -> tuple[str, dict[str, 
             name=request.POST.get("name", ""),
             scopes=request.POST.getlist("scopes"),
             expires_at=expires_at,
+            team=request.POST.get("team") or None,
         )
     except services.TokenError as exc:
         return "", exc.field_errors
@@ -83,8 +84,11 @@ def token_index(request: AuthenticatedRequest) -> HttpResponse:
         raw, errors = _create(request, request.user)
     context = {
         "owner": request.user,
-        "tokens": ApiToken.objects.filter(user=request.user).order_by("-created_at"),
+        "tokens": ApiToken.objects.filter(user=request.user)
+        .select_related("team")
+        .order_by("-created_at"),
         "scopes": _scope_choices(request.user),
+        "teams": services.token_team_choices(request.user),
         "new_secret": raw,
         "errors": errors,
         "form": request.POST if errors else {},
@@ -152,7 +156,10 @@ def service_account_index(request: AuthenticatedRequest) -> HttpResponse:
                 "account": a,
                 "roles": [g.name for g in a.user.groups.all()],
                 "scopes": _scope_choices(a.user),
-                "tokens": ApiToken.objects.filter(user=a.user).order_by("-created_at"),
+                "teams": services.token_team_choices(a.user),
+                "tokens": ApiToken.objects.filter(user=a.user)
+                .select_related("team")
+                .order_by("-created_at"),
                 "oauth_clients": OAuthClient.objects.filter(application__user=a.user)
                 .select_related("application")
                 .annotate(last_token_at=Max("application__accesstoken__created")),

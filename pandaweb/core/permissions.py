@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import wraps
 from typing import Any, TypeVar
 
@@ -40,19 +40,31 @@ class Access:
 
     everywhere: frozenset[Capability]
     team_roles: frozenset[tuple[int, str]]
+    # Set for a token limited to one of its owner's teams: it reaches that team only, and holds
+    # no installation-wide right (an admin's included).
+    team: int | None = None
 
     def teams_where(self, capability: Capability) -> frozenset[int] | None:
         """The teams where this person holds ``capability``; None means every team."""
         if capability in self.everywhere:
-            return None
-        granting = TEAM_ROLES_GRANTING[capability]
-        return frozenset(team for team, role in self.team_roles if role in granting)
+            teams = None
+        else:
+            granting = TEAM_ROLES_GRANTING[capability]
+            teams = frozenset(team for team, role in self.team_roles if role in granting)
+        if self.team is None:
+            return teams
+        return frozenset({self.team}) if teams is None or self.team in teams else frozenset()
 
     @property
     def anywhere(self) -> frozenset[Capability]:
         """The capabilities held in at least one team."""
+        if self.team is not None:
+            return frozenset(c for c in Capability if self.teams_where(c))
         in_teams = {c for _, role in self.team_roles for c in ROLE_CAPABILITIES[Role(role)]}
         return self.everywhere | in_teams
+
+    def limited_to(self, team_id: int) -> Access:
+        return replace(self, team=team_id)
 
 
 NO_ACCESS = Access(everywhere=frozenset(), team_roles=frozenset())
@@ -101,6 +113,12 @@ def access(user: AbstractBaseUser | AnonymousUser) -> Access:
     return cached
 
 
+def access_remember(user: User, held: Access) -> None:
+    """Make ``held`` what ``user`` (this object) holds: the request of a token limited to one
+    team reaches that team only, through every check that asks ``teams_where``."""
+    user.__dict__[_CACHE] = held
+
+
 def teams_where(
     user: AbstractBaseUser | AnonymousUser, capability: Capability
 ) -> frozenset[int] | None:
@@ -112,6 +130,9 @@ def teams_where(
 def is_admin(user: AbstractBaseUser | AnonymousUser) -> bool:
     """Admins hold the whole installation: every team, people, teams and service accounts."""
     if not isinstance(user, PermissionsMixin) or not (user.is_authenticated and user.is_active):
+        return False
+    held: Access | None = user.__dict__.get(_CACHE)
+    if held is not None and held.team is not None:
         return False
     return user.is_superuser or user.groups.filter(name=Role.ADMINS.value).exists()
 

@@ -12,11 +12,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
+from pandaweb.api import events_stream
+from pandaweb.api.scopes import Scope
+from pandaweb.api.services import TokenError, token_create, token_team_choices
 from pandaweb.core.models import Team
 from pandaweb.core.roles import Role
 from pandaweb.webhooks import services as webhooks
 from pandaweb.webhooks.models import Event, Message
 from sessions.models import Run
+from tests.api.conftest import Api
 from tests.factories import member_of, team_make, user_with_role, waiting_run
 
 pytestmark = pytest.mark.django_db
@@ -116,3 +120,55 @@ def test_making_a_subscription_says_which_team_when_it_cannot_tell() -> None:
             user=only_here, name="AP", url="https://ap.test/hook",
             events=[Event.RUN_FINISHED.value], workflow_id=None,
         )  # fmt: skip
+
+
+def test_a_token_limited_to_one_team_reaches_that_team_only() -> None:
+    """An admin's token (every team) limited to payables: payables' run and approval only, no
+    installation-wide right, and every token it makes is limited to payables too."""
+    payables, procurement = team_make("payables"), team_make("procurement")
+    ours, theirs = gated(payables), gated(procurement)
+    admin = user_with_role(Role.ADMINS)
+    scopes = [s.value for s in Scope]
+    _, raw = token_create(
+        actor=admin, owner=admin, name="payables only", scopes=scopes, expires_at=None,
+        team="payables",
+    )  # fmt: skip
+    api = Api(raw)
+
+    assert {r["id"] for r in api.get("/runs/").json()["items"]} == {ours.run_id}
+    assert api.get(f"/runs/{theirs.run_id}").status_code == 404
+    assert api.get(f"/approvals/{theirs.pk}").status_code == 404
+    assert api.get(f"/approvals/{ours.pk}").status_code == 200
+    assert api.get("/service-accounts/").status_code == 403
+    viewer = events_stream.viewer_get(raw)
+    assert viewer is not None
+    assert (viewer.run_teams, viewer.approval_teams) == ({payables.pk}, {payables.pk})
+    mine = api.get("/tokens/").json()
+    assert [t["team"] for t in mine] == ["payables"]
+
+    widened = api.post(
+        "/tokens/", {"name": "wider", "scopes": ["runs:read"], "team": "procurement"}
+    )
+    inherited = api.post("/tokens/", {"name": "same", "scopes": ["runs:read"]})
+
+    assert widened.status_code == 422
+    assert widened.json()["errors"][0]["field"] == "team"
+    assert inherited.status_code == 201
+    assert inherited.json()["team"] == "payables"
+
+
+def test_a_token_is_limited_only_to_a_team_its_owner_is_in() -> None:
+    payables = team_make("payables")
+    team_make("procurement")
+    operator = member_of(payables, Role.OPERATORS)
+
+    with pytest.raises(TokenError) as refused:
+        token_create(
+            actor=operator, owner=operator, name="t", scopes=["runs:read"], expires_at=None,
+            team="procurement",
+        )  # fmt: skip
+
+    assert refused.value.field_errors["team"] == [
+        f"{operator.get_username()} is in no team called 'procurement'."
+    ]
+    assert token_team_choices(operator) == [("payables", "Payables")]

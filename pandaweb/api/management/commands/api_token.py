@@ -27,6 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--service", action="store_true")
         parser.add_argument("--role", action="append", default=[], dest="roles")
         parser.add_argument("--by", default="", help="the admin who makes it (with --service)")
+        parser.add_argument("--team", default=None, help="limit it to this team (a slug)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         username = options["username"]
@@ -58,6 +59,7 @@ class Command(BaseCommand):
                 name=options["name"],
                 scopes=options["scopes"],
                 expires_at=expires,
+                team=options["team"],
             )
         except TokenError as exc:
             details = "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.field_errors.items())
