@@ -25,6 +25,7 @@ from pandaweb.api.services import (
     token_revoke,
 )
 from pandaweb.audit.models import AuditEvent
+from pandaweb.core.models import Membership, Team
 from pandaweb.core.roles import Role
 from tests.api.conftest import Api
 from tests.factories import user_with_role
@@ -228,6 +229,27 @@ def test_the_token_page_shows_a_new_secret_once(operator: User) -> None:
     client.post(f"/account/tokens/{token.pk}/revoke/")
     token.refresh_from_db()
     assert token.revoked_at is not None
+
+
+def test_someone_in_several_teams_limits_a_token_to_one_on_the_token_page(
+    payables: Team, procurement: Team, ours: User
+) -> None:
+    client = Client()
+    client.force_login(ours)
+    assert 'name="team"' not in client.get("/account/tokens/").content.decode()
+
+    Membership.objects.create(team=procurement, user=ours, role=Role.REVIEWERS.value)
+    client = Client()
+    client.force_login(ours)
+    page = client.get("/account/tokens/").content.decode()
+    made = client.post(
+        "/account/tokens/", {"name": "buying", "scopes": ["runs:read"], "team": "procurement"}
+    )
+
+    assert "Procurement only" in page
+    assert made.status_code == 200
+    assert ApiToken.objects.get(name="buying").team == procurement
+    assert "Procurement only" in client.get("/account/tokens/").content.decode()
 
 
 def test_a_stranger_cannot_revoke_a_token_or_see_service_accounts(
