@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.selectors import approvals_visible_to, question_count_for
+from pandaweb.core.models import Team
 from pandaweb.core.permissions import in_teams, teams_where
 from pandaweb.core.roles import Capability
 from sessions.models import Run, SavedRunView, ScratchSession, StepResult
@@ -46,7 +47,9 @@ SORTS: dict[str, str] = {
     "steps": "steps_executed",
     "workflow": "workflow__name",
 }
-FILTER_KEYS = ("q", "workflow", "version", "status", "by", "since", "until", "backend", "step")
+FILTER_KEYS = (
+    "q", "team", "workflow", "version", "status", "by", "since", "until", "backend", "step",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class RunFilter:
     """The runs list's filters, read from the address (every key optional)."""
 
     q: str = ""
+    team: str = ""
     workflow: str = ""
     version: int | None = None
     status: str = ""
@@ -100,6 +104,7 @@ class RunFilter:
             sort = "-created"
         return cls(
             q=text("q", SEARCH_LONGEST),
+            team=text("team", 50),
             workflow=workflow or text("workflow", 50),
             version=version,
             status=status,
@@ -140,6 +145,8 @@ class RunFilter:
         return self.query(sort=target if target != "-created" else "")
 
     def apply(self, runs: QuerySet[Run]) -> QuerySet[Run]:
+        if self.team:
+            runs = runs.filter(team__slug=self.team)
         if self.workflow:
             runs = runs.filter(workflow__slug=self.workflow)
         if self.version is not None:
@@ -328,6 +335,11 @@ def filter_choices(user: Any) -> dict[str, Any]:
         )
     )
     return {
+        "teams": list(
+            (Team.objects.all() if teams is None else Team.objects.filter(pk__in=teams))
+            .order_by("name")
+            .values_list("slug", "name")[:500]
+        ),
         "workflows": list(workflows.order_by("name").values_list("slug", "name")[:500]),
         "statuses": Run.Status.choices,
         "launchers": list(launchers.order_by("username").values_list("username", flat=True)[:500]),

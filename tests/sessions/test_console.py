@@ -14,10 +14,11 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from pandaweb.audit.models import AuditEvent
+from pandaweb.core.models import Membership
 from pandaweb.core.roles import Role
 from sessions import console, console_services, services
 from sessions.models import Run, RunEvent, RunSeen, SavedRunView
-from tests.factories import user_with_role
+from tests.factories import member_of, team_make, user_with_role
 from workflows.models import Workflow
 
 pytestmark = pytest.mark.django_db
@@ -224,6 +225,30 @@ def test_saved_views_belong_to_their_person(operator: User) -> None:
 
     client_for(operator).post(f"/runs/views/{view.pk}/delete/")
     assert not SavedRunView.objects.exists()
+
+
+def test_someone_in_several_teams_narrows_the_list_and_a_saved_view_to_one(
+    operator: User, demo_workflow: Workflow
+) -> None:
+    payables, procurement = team_make("payables"), team_make("procurement")
+    ours = launch(operator, demo_workflow, invoice="INV-7001")
+    theirs = launch(operator, demo_workflow, invoice="INV-7002")
+    Run.objects.filter(pk=ours.pk).update(team=payables)
+    Run.objects.filter(pk=theirs.pk).update(team=procurement)
+    person = member_of(payables, Role.REVIEWERS)
+    Membership.objects.create(team=procurement, user=person, role=Role.REVIEWERS.value)
+    client = client_for(person)
+
+    both = client.get("/runs/").content.decode()
+    one = client.get("/runs/?team=payables").content.decode()
+    client.post("/runs/views/", {"name": "Payables", "team": "payables"})
+
+    assert 'name="team"' in both
+    assert f'href="/runs/{ours.pk}/"' in both
+    assert f'href="/runs/{theirs.pk}/"' in both
+    assert f'href="/runs/{ours.pk}/"' in one
+    assert f'href="/runs/{theirs.pk}/"' not in one
+    assert SavedRunView.objects.get(user=person).query == "team=payables"
 
 
 # Re-run ---------------------------------------------------------------------------------------
