@@ -129,6 +129,7 @@ def workflow_index(request: AuthenticatedRequest) -> HttpResponse:
     archived = request.GET.get("archived") == "1"
     context = {
         "workflows": selectors.workflow_list(user=request.user, search=search, archived=archived),
+        "show_team": selectors.sees_several_teams(request.user),
         "search": search,
         "archived": archived,
         "can_author": _editable(request),

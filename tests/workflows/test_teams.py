@@ -334,3 +334,15 @@ def test_another_teams_schedules_are_not_found_nor_made_nor_paused(
         schedules.schedule_set_paused(schedule_id=schedule.pk, user=theirs, paused=True)
 
     assert Schedule.objects.get().paused is False
+
+
+def test_the_list_names_each_workflows_team_for_someone_who_sees_several(
+    invoices: Workflow, procurement: Team, ours: User
+) -> None:
+    alone = client_of(ours).get("/workflows/").content.decode()
+    Membership.objects.create(team=procurement, user=ours, role=Role.REVIEWERS.value)
+    several = client_of(ours).get("/workflows/").content.decode()
+
+    assert "<th>Team</th>" not in alone
+    assert "<th>Team</th>" in several
+    assert "<td>Payables</td>" in several
