@@ -33,12 +33,6 @@ def workflow_list(*, user: Person, search: str = "", archived: bool = False) -> 
     ).order_by("name")
 
 
-def sees_several_teams(user: Person) -> bool:
-    """Whether ``user``'s lists mix teams' workflows (and so show each one's team)."""
-    teams = teams_where(user, Capability.VIEW_WORKFLOWS)
-    return len(teams) > 1 if teams is not None else Team.objects.count() > 1
-
-
 def workflow_get(slug: str, *, user: Person) -> Workflow:
     """The workflow with ``slug`` or 404, also when it is another team's: its slug then tells
     ``user`` nothing. Whether they may change it is the services' question (AUTHOR_WORKFLOWS in

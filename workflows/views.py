@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 
 from pandaweb.core.http import AuthenticatedRequest
-from pandaweb.core.permissions import capability_required, is_admin, user_can
+from pandaweb.core.permissions import capability_required, is_admin, sees_several_teams, user_can
 from pandaweb.core.roles import Capability
 from sessions import selectors as session_selectors
 from sessions.engine.steps.language import Target
@@ -129,7 +129,7 @@ def workflow_index(request: AuthenticatedRequest) -> HttpResponse:
     archived = request.GET.get("archived") == "1"
     context = {
         "workflows": selectors.workflow_list(user=request.user, search=search, archived=archived),
-        "show_team": selectors.sees_several_teams(request.user),
+        "show_team": sees_several_teams(request.user, Capability.VIEW_WORKFLOWS),
         "search": search,
         "archived": archived,
         "can_author": _editable(request),

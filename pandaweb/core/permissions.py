@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponseBase
 
-from pandaweb.core.models import Membership
+from pandaweb.core.models import Membership, Team
 from pandaweb.core.roles import ROLE_CAPABILITIES, Capability, Role
 
 # The team roles that grant each capability in their team (admins are no team role).
@@ -125,6 +125,13 @@ def teams_where(
     """The ids of the teams in which ``user`` holds ``capability``; None means every team (a
     global role: admins, compliance given every team, a permission granted to the person)."""
     return access(user).teams_where(capability)
+
+
+def sees_several_teams(user: AbstractBaseUser | AnonymousUser, capability: Capability) -> bool:
+    """Whether what ``user`` lists under ``capability`` mixes teams (so a list names each row's
+    team)."""
+    teams = teams_where(user, capability)
+    return len(teams) > 1 if teams is not None else Team.objects.count() > 1
 
 
 def is_admin(user: AbstractBaseUser | AnonymousUser) -> bool:

@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from pandaweb.core.http import AuthenticatedRequest
-from pandaweb.core.permissions import capability_required
+from pandaweb.core.permissions import capability_required, sees_several_teams
 from pandaweb.core.roles import Capability
 from pandaweb.webhooks import selectors, services
 from pandaweb.webhooks.forms import SubscriptionForm
@@ -30,9 +30,11 @@ def _add_errors(form: SubscriptionForm, exc: services.WebhookError) -> None:
 @require_GET
 @capability_required(ADMIN)
 def subscription_index(request: AuthenticatedRequest) -> HttpResponse:
-    return render(
-        request, "webhooks/index.html", {"subscriptions": selectors.subscriptions(request.user)}
-    )
+    context = {
+        "subscriptions": selectors.subscriptions(request.user),
+        "show_team": sees_several_teams(request.user, ADMIN),
+    }
+    return render(request, "webhooks/index.html", context)
 
 
 @require_http_methods(["GET", "POST"])

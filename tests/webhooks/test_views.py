@@ -11,7 +11,7 @@ from pandaweb.webhooks import services
 from pandaweb.webhooks.models import Message, Subscription
 from sessions import services as run_services
 from sessions.models import Run
-from tests.factories import user_with_role
+from tests.factories import team_make, user_with_role
 from workflows.models import Workflow
 
 pytestmark = pytest.mark.django_db
@@ -105,3 +105,15 @@ def test_operators_and_reviewers_are_refused(subscription: Subscription) -> None
         )
     subscription.refresh_from_db()
     assert subscription.active is True
+
+
+def test_the_list_names_each_subscriptions_team_once_there_are_several(
+    admin: User, subscription: Subscription
+) -> None:
+    alone = signed_in(admin).get("/webhooks/").content.decode()
+    team_make("procurement")
+    several = signed_in(admin).get("/webhooks/").content.decode()
+
+    assert "<th>Team</th>" not in alone
+    assert "<th>Team</th>" in several
+    assert f"<td>{subscription.team.name}</td>" in several
