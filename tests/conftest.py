@@ -4,6 +4,7 @@ import importlib
 import importlib.util
 import os
 import pkgutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,6 +146,15 @@ def portal_server() -> Iterator[PortalServer]:
     server.shutdown()
     server.server_close()
     thread.join(timeout=5)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A directory of its own with a short path: a sandbox's sockets are named by their path,
+    which the test's own temporary directory (deep, and longer as pytest numbers its sessions)
+    can make longer than a socket's path may be (107 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="pw-", ignore_cleanup_errors=True) as short:
+        yield Path(short)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -46,16 +45,14 @@ def real_stack_only() -> None:
 
 
 @pytest.fixture
-def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Path]]:
-    """Run files and sandboxes where the test process and the workers both find them. The
-    sandboxes in a short directory of their own: a sandbox's sockets are named by their path,
-    which a test's deep temporary directory would make longer than a socket's path may be."""
-    with tempfile.TemporaryDirectory(prefix="pw-drill-") as short:
-        found = {"runs": tmp_path / "runs", "sandboxes": Path(short) / "sandboxes"}
-        monkeypatch.setattr(settings, "RUN_FILES_DIR", found["runs"])
-        engine = replace(settings.ENGINE_CONFIG, sandbox_dir=found["sandboxes"])
-        monkeypatch.setattr(settings, "ENGINE_CONFIG", engine)
-        yield found
+def places(tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """Run files and sandboxes where the test process and the workers both find them (the
+    sandboxes in a short directory: ``short_tmp``)."""
+    found = {"runs": tmp_path / "runs", "sandboxes": short_tmp / "sandboxes"}
+    monkeypatch.setattr(settings, "RUN_FILES_DIR", found["runs"])
+    engine = replace(settings.ENGINE_CONFIG, sandbox_dir=found["sandboxes"])
+    monkeypatch.setattr(settings, "ENGINE_CONFIG", engine)
+    return found
 
 
 def _database_url() -> str:

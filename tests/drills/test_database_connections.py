@@ -53,7 +53,7 @@ class Client:
 
 
 @pytest.fixture
-def daphne(tmp_path: Path) -> Iterator[int]:
+def daphne(tmp_path: Path, short_tmp: Path) -> Iterator[int]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST_"))}
     env |= {
@@ -63,7 +63,7 @@ def daphne(tmp_path: Path) -> Iterator[int]:
         # Background work a decision queues runs in this process, on the same pool.
         "PANDAWEB_RUN_EXECUTION": "thread",
         "PANDAWEB_EMBEDDED_WORKER": "0",
-        "PANDAWEB_SANDBOX_DIR": str(tmp_path / "sandboxes"),
+        "PANDAWEB_SANDBOX_DIR": str(short_tmp / "sandboxes"),
         "PANDAWEB_RUN_FILES_DIR": str(tmp_path / "runs"),
         # libpq names every connection of the process, so they can be counted apart from ours.
         "PGAPPNAME": APPLICATION,

@@ -36,8 +36,8 @@ INPUTS = {"invoice": "INV-1001", "amount": "1,250.00"}
 
 
 @pytest.fixture(autouse=True)
-def sandboxes_in_tmp(settings: Any, tmp_path: Path) -> None:
-    settings.ENGINE_CONFIG = replace(settings.ENGINE_CONFIG, sandbox_dir=tmp_path / "sandboxes")
+def sandboxes_in_tmp(settings: Any, short_tmp: Path) -> None:
+    settings.ENGINE_CONFIG = replace(settings.ENGINE_CONFIG, sandbox_dir=short_tmp / "sandboxes")
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ class StandIn:
 
 @pytest.fixture
 def waiting(
-    operator: User, demo_workflow: Workflow, tmp_path: Path
+    operator: User, demo_workflow: Workflow, short_tmp: Path
 ) -> Iterator[tuple[Run, Egress, StandIn]]:
     """A run waiting for approval whose worker is gone: its browser and egress supervisor live."""
     run = services.run_launch(workflow_id=demo_workflow.pk, user=operator, raw_inputs=INPUTS)
@@ -78,7 +78,7 @@ def waiting(
     egress = egress_services.egress_start(
         run_key=key, allowed_hosts=["127.0.0.1:9"], deadline=time.time() + 600
     )
-    workdir = tmp_path / "sandboxes" / key
+    workdir = short_tmp / "sandboxes" / key
     browser = StandIn(workdir)
     egress.link(str(workdir))
     record = {

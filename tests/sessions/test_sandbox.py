@@ -190,8 +190,8 @@ def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[Served]:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "sandboxes"
+def root(short_tmp: Path) -> Path:
+    return short_tmp / "sandboxes"
 
 
 @pytest.fixture(params=["off", "on"], ids=["plain", "namespaced"])

@@ -173,8 +173,8 @@ def ask(port: int, target: str, *, upgrade: bool = False) -> bytes:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "sandboxes"
+def root(short_tmp: Path) -> Path:
+    return short_tmp / "sandboxes"
 
 
 @pytest.fixture
