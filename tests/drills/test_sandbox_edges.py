@@ -103,8 +103,9 @@ def test_a_run_cancelled_while_its_worker_starts_it_leaves_nothing_running(
     # a FileNotFoundError left the browser running until its deadline). Judged once the worker
     # is done with the run.
     until(lambda: start_finished(workers), 60, "the worker to finish the start", workers)
+    # Its processes go first, then its directory: judged once both are gone.
     until(
-        lambda: not sandbox_processes(places, key),
+        lambda: not sandbox_processes(places, key) and not (places["sandboxes"] / key).exists(),
         10 * HOUSEKEEPING_SECONDS,
         "nothing of the start left running",
         workers,
