@@ -15,7 +15,13 @@ from pandaweb.audit.services import audit_record
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
 from sessions.models import Run, RunEvent, RunSeen, SavedRunView
-from sessions.services import RunError, coerce_inputs, run_enqueue
+from sessions.services import (
+    IDEMPOTENCY_KEY_MAX_LENGTH,
+    RunError,
+    coerce_inputs,
+    run_enqueue,
+    run_replayed,
+)
 from sessions.services.records import event_append
 from workflows.models import Workflow, WorkflowVersion
 
@@ -77,28 +83,49 @@ def run_rerun(
     start_index: int = 0,
     idempotency_key: str = "",
     priority: int | None = None,
-) -> Run:
+) -> tuple[Run, bool]:
     """Launch a new run linked to ``run_id`` (``rerun_of``): the same or the latest published
-    version, with ``raw_inputs`` checked like any launch. With ``start_index`` > 0 the new run
-    continues a failed run from that step, starting with the original run's outputs; refused
-    where ``run_continue_checks`` says so.
+    version, with ``raw_inputs`` checked like any launch; return it and whether this call made
+    it. With ``start_index`` > 0 the new run continues a failed run from that step, starting
+    with the original run's outputs; refused where ``run_continue_checks`` says so.
 
     ``priority`` (default: the original's) places it in its workflow's queue like a launch.
-    Idempotent per (user, key), like ``run_launch``.
+    Idempotent per (user, key) by the launch's rule (``run_replayed``): the same key for the same
+    re-run answers with the run it made, for anything else raises ``IdempotencyKeyReused``.
     """
-    key = idempotency_key.strip()[:100]
+    key = idempotency_key.strip()
+    if len(key) > IDEMPOTENCY_KEY_MAX_LENGTH:
+        raise RunError(
+            "invalid idempotency key",
+            {"idempotency_key": [f"Use at most {IDEMPOTENCY_KEY_MAX_LENGTH} characters."]},
+        )
     if key:
         existing = Run.objects.filter(launched_by=user, idempotency_key=key).first()
         if existing is not None:
-            return existing
+            return _replayed(existing, run_id, raw_inputs, key, start_index), False
     try:
         with transaction.atomic():
-            return _rerun(run_id, user, raw_inputs, version, start_index, key, priority)
+            run = _rerun(run_id, user, raw_inputs, version, start_index, key, priority)
+            return run, True
     except IntegrityError:
         existing = Run.objects.filter(launched_by=user, idempotency_key=key).first()
         if existing is None:
             raise
-        return existing
+        return _replayed(existing, run_id, raw_inputs, key, start_index), False
+
+
+def _replayed(
+    existing: Run, run_id: int, raw: Mapping[str, Any], key: str, start_index: int
+) -> Run:
+    original = Run.objects.only("workflow_id").get(pk=run_id)
+    return run_replayed(
+        existing,
+        key=key,
+        workflow_id=original.workflow_id,
+        raw=raw,
+        rerun_of=run_id,
+        start_index=start_index,
+    )
 
 
 def _rerun(

@@ -166,7 +166,7 @@ def run_rerun(request: AuthenticatedRequest, run_id: int) -> HttpResponse:
     form = LaunchForm(request.POST or None, parameters=parameters, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            run = console_services.run_rerun(
+            run, _ = console_services.run_rerun(
                 run_id=original.pk,
                 user=request.user,
                 raw_inputs=form.raw_inputs(),

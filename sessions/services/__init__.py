@@ -24,6 +24,7 @@ from sessions.services.launch import (
     run_launch_once,
     run_reap,
     run_reconcile,
+    run_replayed,
     sandbox_reap_orphans,
 )
 from sessions.services.records import lock_run
@@ -90,6 +91,7 @@ __all__ = [
     "run_launch_once",
     "run_reap",
     "run_reconcile",
+    "run_replayed",
     "sandbox_reap_orphans",
     "sandbox_run_key",
     "template_discard_state",

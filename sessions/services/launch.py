@@ -135,7 +135,7 @@ def run_launch_once(
     if key:
         existing = Run.objects.filter(launched_by=user, idempotency_key=key).first()
         if existing is not None:
-            return _replayed(existing, workflow_id, raw_inputs, key), False
+            return run_replayed(existing, key=key, workflow_id=workflow_id, raw=raw_inputs), False
     try:
         with transaction.atomic():
             run = _launch(
@@ -147,11 +147,28 @@ def run_launch_once(
         existing = Run.objects.filter(launched_by=user, idempotency_key=key).first()
         if existing is None:
             raise
-        return _replayed(existing, workflow_id, raw_inputs, key), False
+        return run_replayed(existing, key=key, workflow_id=workflow_id, raw=raw_inputs), False
 
 
-def _replayed(run: Run, workflow_id: int, raw: Mapping[str, Any], key: str) -> Run:
-    if run.workflow_id != workflow_id or not _same_inputs(run, raw):
+def run_replayed(
+    run: Run,
+    *,
+    key: str,
+    workflow_id: int,
+    raw: Mapping[str, Any],
+    rerun_of: int | None = None,
+    start_index: int = 0,
+) -> Run:
+    """``run``, found by its launcher's idempotency ``key``, when it is the launch asked for
+    again: the same workflow, inputs and (for a re-run) original run and first step. A key
+    reused for anything else raises ``IdempotencyKeyReused``: answering with another run would
+    hand back a run nobody asked for."""
+    if (
+        run.workflow_id != workflow_id
+        or run.rerun_of_id != rerun_of
+        or run.start_index != start_index
+        or not _same_inputs(run, raw)
+    ):
         raise IdempotencyKeyReused(
             f"the idempotency key {key!r} was already used for a different launch (run {run.pk})"
         )

@@ -300,7 +300,7 @@ def test_continue_from_a_step_starts_there_with_the_outputs_so_far(
     original = finished(launch(operator, demo_workflow), "failed", step="open-pay-form")
     Run.objects.filter(pk=original.pk).update(outputs={"amount_seen": "12.00"})
 
-    rerun = console_services.run_rerun(
+    rerun, _ = console_services.run_rerun(
         run_id=original.pk,
         user=operator,
         raw_inputs=original.inputs,
@@ -362,7 +362,7 @@ def test_a_reconciled_run_may_continue_past_its_irreversible_step(
         payload={"from": "needs_reconciliation", "to": "failed"},
     )
 
-    rerun = console_services.run_rerun(
+    rerun, _ = console_services.run_rerun(
         run_id=original.pk, user=operator, raw_inputs=original.inputs, start_index=14
     )
 

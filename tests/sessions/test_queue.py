@@ -192,7 +192,7 @@ def test_a_rerun_waits_in_the_same_queue_with_the_original_priority(
     operator: User, one_at_a_time: Workflow, sent: list[int]
 ) -> None:
     original = launch(operator, one_at_a_time, Run.Priority.HIGH)
-    rerun = console_services.run_rerun(run_id=original.pk, user=operator, raw_inputs=INPUTS)
+    rerun, _ = console_services.run_rerun(run_id=original.pk, user=operator, raw_inputs=INPUTS)
 
     assert rerun.waits_for_slot
     assert rerun.priority == Run.Priority.HIGH
