@@ -160,7 +160,7 @@ def approval_get(approval_id: int, *, user: Any) -> ApprovalRequest:
         requests = requests.filter(run__team__in=queue | runs)
     try:
         return requests.select_related(
-            "run__workflow", "run__version__author", "run__launched_by", "previous"
+            "run__workflow", "run__version__author", "run__launched_by", "previous", "assignee"
         ).get(pk=approval_id)
     except ApprovalRequest.DoesNotExist:
         raise Http404("no such approval request") from None

@@ -189,7 +189,7 @@ def test_every_shell_example_runs_as_written(stack: Stack, tmp_path: Path) -> No
         "ADMIN_TOKEN": stack.manage(
             "api_token", "ada.admin", "--name", "docs",
             "--scope", "webhooks:read", "--scope", "tokens:read", "--scope", "tokens:write",
-            "--scope", "system:read",
+            "--scope", "system:read", "--scope", "teams:read", "--scope", "teams:write",
         ).strip(),
     }  # fmt: skip
     readers: dict[Path, Reader] = {}

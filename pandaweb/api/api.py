@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Prefetch
@@ -26,11 +26,24 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from approvals import selectors as approval_selectors
-from approvals.models import ApprovalDecision, ApprovalRequest, Question
-from approvals.policy import approval_refusal
+from approvals.models import ApprovalComment, ApprovalDecision, ApprovalRequest, Question
+from approvals.policy import approval_audience, approval_refusal
 from approvals.questions import QuestionRefused, question_answer
-from approvals.services import ApprovalRefused, approval_decide
-from pandaweb.api import problems, ratelimit, system_api, tokens_api, webhooks_api
+from approvals.services import (
+    ApprovalRefused,
+    approval_comment,
+    approval_decide,
+    approval_reassign,
+)
+from pandaweb.api import (
+    healing_api,
+    problems,
+    ratelimit,
+    system_api,
+    teams_api,
+    tokens_api,
+    webhooks_api,
+)
 from pandaweb.api.access import token_with_scope
 from pandaweb.api.batch_api import router as batches_router
 from pandaweb.api.credentials_api import router as credentials_router
@@ -42,12 +55,18 @@ from pandaweb.api.problems import Problem
 from pandaweb.api.schedules_api import router as schedules_router
 from pandaweb.api.schemas import (
     AnswerIn,
+    ApprovalCommentOut,
     ApprovalOut,
     ApprovalSummary,
     ArtifactOut,
     CallbackOut,
+    CommentIn,
+    ContinueOut,
     DecisionIn,
+    HandOverIn,
     QuestionOut,
+    ReconcileIn,
+    RunAgainIn,
     RunLaunchedOut,
     RunLaunchIn,
     RunOut,
@@ -76,6 +95,7 @@ from pandaweb.webhooks.services import (
     callback_url_problem,
 )
 from sessions import selectors as run_selectors
+from sessions.console_services import run_continue_checks, run_rerun
 from sessions.engine.vocabulary import MASK
 from sessions.models import Artifact, Run, StepResult
 from sessions.services import (
@@ -86,6 +106,7 @@ from sessions.services import (
     queue_position,
     run_cancel,
     run_launch_once,
+    run_reconcile,
 )
 from workflows import selectors as workflow_selectors
 from workflows.fileformat import dump_document
@@ -382,9 +403,15 @@ def _file_url(run_id: int, path: str) -> str | None:
     return _url("run_file", run_id=run_id, path=path) if path else None
 
 
+def _step_id(run: Run, index: int) -> str:
+    steps = (run.version.document or {}).get("steps", [])
+    return str(steps[index].get("id", "")) if 0 <= index < len(steps) else ""
+
+
 def _run_out(run: Run) -> RunOut:
     """The run with its steps, approvals, questions and artifacts: six queries whatever the
-    run's size (run, steps, approvals, their decisions, questions with answerers, artifacts)."""
+    run's size (run, steps, approvals, their decisions, questions with answerers, artifacts),
+    three more for a failed run (the steps it may continue from)."""
     steps = (
         StepResult.objects.filter(run=run)
         .only(
@@ -420,6 +447,17 @@ def _run_out(run: Run) -> RunOut:
         failure_step=run.failure_step,
         steps_executed=run.steps_executed,
         idempotency_key=run.idempotency_key,
+        rerun_of=run.rerun_of_id,
+        start_step=_step_id(run, run.start_index) if run.start_index else None,
+        continue_from=[
+            ContinueOut(
+                step_id=_step_id(run, check.index),
+                index=check.index,
+                allowed=check.allowed,
+                reason=check.reason,
+            )
+            for check in run_continue_checks(run)
+        ],
         steps=[
             StepOut(
                 index=s.index,
@@ -502,22 +540,28 @@ def launch(
     except (IdempotencyKeyReused, CallbackMismatch) as exc:
         raise key_reused(exc) from None
     except RunError as exc:
-        if "priority" in exc.field_errors:
-            raise Problem(
-                422, "the request is not valid", errors=problems.field_errors(exc.field_errors)
-            ) from None
-        if exc.field_errors:
-            raise Problem(
-                422,
-                "the inputs are not valid",
-                errors=problems.field_errors(exc.field_errors, under="inputs"),
-            ) from None
-        raise Problem(409, str(exc)) from None
+        raise _launch_refusal(exc) from None
     launched = RunLaunchedOut(
         **_run_out(run).model_dump(),
         callback=CallbackOut(url=callback[0], secret=callback[1]) if callback else None,
     )
     return Status(201 if created else 200, launched)
+
+
+def _launch_refusal(exc: RunError) -> Problem:
+    """A refused launch or re-run: 422 naming the field (an input under ``inputs``), 409 when
+    the workflow's or run's state refused it."""
+    if "priority" in exc.field_errors or "idempotency_key" in exc.field_errors:
+        return Problem(
+            422, "the request is not valid", errors=problems.field_errors(exc.field_errors)
+        )
+    if exc.field_errors:
+        return Problem(
+            422,
+            "the inputs are not valid",
+            errors=problems.field_errors(exc.field_errors, under="inputs"),
+        )
+    return Problem(409, str(exc))
 
 
 def _pairs(values: list[str], field: str) -> tuple[tuple[str, Any], ...]:
@@ -588,6 +632,82 @@ def cancel(request: HttpRequest, run_id: int) -> RunOut:
         run_cancel(run_id=run_id, user=context.user)
     except TransitionRefused as exc:
         raise Problem(409, str(exc)) from None
+    return _run_out(run_selectors.run_get(run_id, user=context.user))
+
+
+@runs.post(
+    "/{int:run_id}/again",
+    response={200: RunOut, 201: RunOut},
+    url_name="run_again",
+    summary="Run again, or continue from a step",
+)
+def again(
+    request: HttpRequest,
+    run_id: int,
+    payload: RunAgainIn,
+    idempotency_key: str = idempotency_key_header("the same new run"),
+) -> Status[RunOut]:
+    """A new run linked to this one (the run page's "Run again"): its inputs unless others are
+    given, its version or the latest published one. With ``start_step``, a failed run continues
+    from that step with the outputs it had read; refused, in words, past an irreversible step that
+    was approved and not reconciled (the run's ``continue_from`` says which steps may start)."""
+    context = _auth(request, Scope.RUNS_LAUNCH)
+    original = run_selectors.run_get(run_id, user=context.user)
+    start_index = 0
+    if payload.start_step:
+        ids = [str(s.get("id", "")) for s in (original.version.document or {}).get("steps", [])]
+        if payload.start_step not in ids:
+            raise Problem(
+                422,
+                "the request is not valid",
+                errors=[
+                    {
+                        "field": "start_step",
+                        "message": f"run {run_id}'s version has no step {payload.start_step!r}",
+                    }
+                ],
+            )
+        start_index = ids.index(payload.start_step)
+    try:
+        priority = parse_priority(payload.priority) if payload.priority else None
+        rerun, created = run_rerun(
+            run_id=original.pk,
+            user=context.user,
+            raw_inputs=original.inputs if payload.inputs is None else payload.inputs,
+            version=payload.version,
+            start_index=start_index,
+            idempotency_key=idempotency_key,
+            priority=priority,
+        )
+    except IdempotencyKeyReused as exc:
+        raise key_reused(exc) from None
+    except RunError as exc:
+        raise _launch_refusal(exc) from None
+    return Status(201 if created else 200, _run_out(rerun))
+
+
+@runs.post("/{int:run_id}/reconcile", response=RunOut, url_name="run_reconcile")
+def reconcile(request: HttpRequest, run_id: int, payload: ReconcileIn) -> RunOut:
+    """Settle a run that needs reconciliation (an approved irreversible action started and its
+    end was never recorded): say, after looking at the portal, whether the action happened. The
+    run page's rule: someone who may decide approvals in its team, neither its launcher nor one
+    of the action's approvers.
+
+    Scope: ``approvals:decide`` (it is a decision like an approval)."""
+    context = _auth(request, Scope.APPROVALS_DECIDE)
+    run_selectors.run_get(run_id, user=context.user)
+    try:
+        run_reconcile(
+            run_id=run_id, user=context.user, happened=payload.happened, note=payload.note
+        )
+    except TransitionRefused as exc:
+        raise Problem(409, str(exc), type="reconcile-refused") from None
+    except RunError as exc:
+        if exc.field_errors:
+            raise Problem(
+                422, "the request is not valid", errors=problems.field_errors(exc.field_errors)
+            ) from None
+        raise Problem(403, str(exc), type="reconcile-refused") from None
     return _run_out(run_selectors.run_get(run_id, user=context.user))
 
 
@@ -679,6 +799,9 @@ approvals = Router(tags=["approvals"])
 
 
 def _approval_out(approval: ApprovalRequest) -> ApprovalOut:
+    """The request as ``approval_get`` reads it (its assignee joined): three queries whatever the
+    number of its decisions and comments (the approvals counted, the decisions and the comments,
+    each with their people)."""
     decisions = list(approval_selectors.approval_decisions(approval))
     return ApprovalOut(
         **_approval_summary(approval).model_dump(),
@@ -699,7 +822,30 @@ def _approval_out(approval: ApprovalRequest) -> ApprovalOut:
             for d in decisions
         ],
         screenshot=_file_url(approval.run_id, approval.outlined or approval.screenshot),
+        reviewer_group=approval.reviewer_group,
+        escalated_to=approval.escalation_group
+        if approval.escalated_at and approval.escalation_group
+        else None,
+        assignee=approval.assignee.get_username() if approval.assignee else None,
+        comments=[_comment_out(c) for c in approval_selectors.approval_comments(approval)],
     )
+
+
+def _comment_out(comment: ApprovalComment) -> ApprovalCommentOut:
+    return ApprovalCommentOut(
+        id=comment.pk,
+        author=comment.author.get_username(),
+        body=comment.body,
+        created_at=comment.created_at,
+    )
+
+
+def _refused(exc: ApprovalRefused, *, status: int, type: str) -> Problem:
+    """A refusal of an approval service in its words: 422 on the fields it names, else
+    ``status``."""
+    if exc.field_errors:
+        return Problem(422, str(exc), errors=problems.field_errors(exc.field_errors))
+    return Problem(status, str(exc), type=type)
 
 
 @approvals.get("/", response=list[ApprovalSummary], url_name="approval_list")
@@ -715,7 +861,12 @@ def approval_list(request: HttpRequest) -> list[ApprovalSummary]:
 def approval_get(request: HttpRequest, approval_id: int) -> ApprovalOut:
     """The request with its frozen evidence and ``evidence_sha256``: quote that hash to decide."""
     context = _auth(request, Scope.APPROVALS_READ)
-    return _approval_out(approval_selectors.approval_get(approval_id, user=context.user))
+    approval = approval_selectors.approval_get(approval_id, user=context.user)
+    # One of the owner's teams' requests, which the page too opens only for who sees that
+    # team's queue or launched the run.
+    if not approval_selectors.approval_visible_to(context.user, approval):
+        raise Problem(403, "you may not see this request", type="approval-hidden")
+    return _approval_out(approval)
 
 
 @approvals.post("/{int:approval_id}/decision", response=ApprovalOut, url_name="approval_decide")
@@ -746,10 +897,94 @@ def decide(request: HttpRequest, approval_id: int, payload: DecisionIn) -> Appro
             evidence_sha256=payload.evidence_sha256,
         )
     except ApprovalRefused as exc:
-        if exc.field_errors:
-            raise Problem(422, str(exc), errors=problems.field_errors(exc.field_errors)) from None
-        raise Problem(409, str(exc), type="decision-refused") from None
+        raise _refused(exc, status=409, type="decision-refused") from None
     return _approval_out(approval_selectors.approval_get(approval_id, user=user))
+
+
+@approvals.post(
+    "/{int:approval_id}/comments",
+    response={201: ApprovalCommentOut},
+    url_name="approval_comment",
+    summary="Comment on a request",
+)
+def comment(
+    request: HttpRequest, approval_id: int, payload: CommentIn
+) -> Status[ApprovalCommentOut]:
+    """A remark for everyone who reviews the request, shown in its history (the page's comment
+    form): never a verdict, it changes nothing about the request, whatever its status. Whoever
+    may open the request comments: the queue of its run's team, and the run's launcher. Not
+    idempotent: each call adds a comment. An empty one is a 422 on ``body``.
+
+    Scope: ``approvals:comment``."""
+    context = _auth(request, Scope.APPROVALS_COMMENT)
+    user: User = context.user
+    approval = approval_selectors.approval_get(approval_id, user=user)
+    try:
+        made = approval_comment(approval_id=approval.pk, user=user, body=payload.body)
+    except ApprovalRefused as exc:
+        # Not a matter of the request's state: the person may not open it.
+        raise _refused(exc, status=403, type="comment-refused") from None
+    return Status(201, _comment_out(made))
+
+
+@approvals.post(
+    "/{int:approval_id}/assignee",
+    response=ApprovalOut,
+    url_name="approval_hand_over",
+    summary="Hand a request over",
+)
+def hand_over(request: HttpRequest, approval_id: int, payload: HandOverIn) -> ApprovalOut:
+    """Hand a pending request to one person (``username``: someone of the run's team the policy
+    lets decide it) or to one group (``group``: one whose members decide approvals), as the
+    page's hand-over: they are told, with ``note``. Only someone who may decide the request hands
+    it over (403 otherwise); a decided request, or someone who may not decide it, is a 409 in
+    words. Not idempotent: each hand-over is audited.
+
+    Scope: ``approvals:decide``."""
+    context = _auth(request, Scope.APPROVALS_DECIDE)
+    user: User = context.user
+    approval = approval_selectors.approval_get(approval_id, user=user)
+    refusal = approval_refusal(user, approval)
+    if refusal:
+        raise Problem(403, refusal, type="handover-refused")
+    username, group = payload.username.strip(), payload.group.strip()
+    if bool(username) == bool(group):
+        raise Problem(
+            422,
+            "the request is not valid",
+            errors=[{"field": "", "message": "name one person (username) or one group (group)"}],
+        )
+    assignee = _team_person(approval, username) if username else None
+    if group and not Group.objects.filter(name=group).exists():
+        raise Problem(
+            422,
+            "the request is not valid",
+            errors=[{"field": "group", "message": f"there is no group named {group!r}"}],
+        )
+    try:
+        approval_reassign(
+            approval_id=approval.pk, user=user, assignee=assignee, group=group, note=payload.note
+        )
+    except ApprovalRefused as exc:
+        raise _refused(exc, status=409, type="handover-refused") from None
+    return _approval_out(approval_selectors.approval_get(approval_id, user=user))
+
+
+def _team_person(approval: ApprovalRequest, username: str) -> User:
+    """The person named ``username`` among the active people of the run's team (who may decide
+    its approvals or watch its runs), or a 422 on ``username``. Someone of another team is
+    answered as nobody is: the refusal names no other team's people."""
+    named = User.objects.filter(username=username).values_list("pk", flat=True).first()
+    person = approval_audience(approval, groups=[], people=[named]).first() if named else None
+    if person is None:
+        raise Problem(
+            422,
+            "the request is not valid",
+            errors=[
+                {"field": "username", "message": f"nobody named {username!r} is in this run's team"}
+            ],
+        )
+    return person
 
 
 # Audit -------------------------------------------------------------------------------------------
@@ -812,6 +1047,7 @@ def audit_verify(request: HttpRequest, team: str = "") -> VerifyOut:
 
 api.add_router("/workflows", workflows)
 api.add_router("/runs", runs)
+api.add_router("/runs", healing_api.router)
 api.add_router("/questions", questions)
 api.add_router("/approvals", approvals)
 api.add_router("/audit", audit)
@@ -823,6 +1059,7 @@ api.add_router("/system", system_api.router)
 api.add_router("/credentials", credentials_router)
 api.add_router("/schedules", schedules_router)
 api.add_router("/batches", batches_router)
+api.add_router("/teams", teams_api.router)
 
 
 def run_document(run_id: int) -> dict[str, Any]:

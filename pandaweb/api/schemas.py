@@ -135,6 +135,40 @@ class AnswerIn(Schema):
     answer: str = Field(min_length=1, max_length=1000)
 
 
+class ContinueOut(Schema):
+    step_id: str
+    index: int
+    allowed: bool
+    reason: str = Field(description="Why a new run may not start here ('' when it may).")
+
+
+class RunAgainIn(Schema):
+    inputs: dict[str, InputValue] | None = Field(
+        None, description="One value per parameter; left out: the original run's inputs."
+    )
+    version: Literal["same", "latest"] = Field(
+        "same",
+        description="The original run's version, or the workflow's latest published one "
+        "(not when continuing: the steps are the original's).",
+    )
+    start_step: str = Field(
+        "",
+        description="Continue a failed run from this step (its id; see the run's "
+        "continue_from): the new run starts there with the original's outputs so far.",
+        max_length=100,
+    )
+    priority: str = Field(
+        "", description="low, normal or high; left out: the original's.", max_length=10
+    )
+
+
+class ReconcileIn(Schema):
+    happened: bool = Field(
+        description="Whether the approved action reached the portal, as the portal shows it."
+    )
+    note: str = Field(description="What you checked, for the audit trail.", max_length=2000)
+
+
 class RunOut(RunSummary):
     priority: str
     queued_ahead: int | None = Field(
@@ -146,6 +180,14 @@ class RunOut(RunSummary):
     failure_step: str
     steps_executed: int
     idempotency_key: str
+    rerun_of: int | None = Field(description="The run this one repeats or continues, if any.")
+    start_step: str | None = Field(
+        description="The step a continuing run started at (the steps before it were not run)."
+    )
+    continue_from: list[ContinueOut] = Field(
+        description="For a failed run: each step a new run may continue from "
+        "(POST …/again with start_step), or why not."
+    )
     steps: list[StepOut]
     approvals: list[ApprovalSummary]
     questions: list[QuestionOut]
@@ -157,6 +199,13 @@ class RunPage(Schema):
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next (older) page.")
 
 
+class ApprovalCommentOut(Schema):
+    id: int
+    author: str
+    body: str
+    created_at: datetime
+
+
 class ApprovalOut(ApprovalSummary):
     run: int
     workflow: str
@@ -166,6 +215,18 @@ class ApprovalOut(ApprovalSummary):
     evidence: dict[str, Any]
     decisions: list[dict[str, Any]]
     screenshot: str | None
+    reviewer_group: str = Field(
+        description="The group whose members decide it: its workflow's, or the one it was "
+        "handed to."
+    )
+    escalated_to: str | None = Field(
+        description="The group that may also decide it since it was escalated; null until then."
+    )
+    assignee: str | None = Field(
+        description="The person it was handed to, who is told of it (they decide only if the "
+        "policy lets them)."
+    )
+    comments: list[ApprovalCommentOut] = Field(description="Oldest first; never verdicts.")
 
 
 class DecisionIn(Schema):
@@ -174,6 +235,27 @@ class DecisionIn(Schema):
         min_length=64, max_length=64, description="The evidence hash you were shown."
     )
     reason: str = Field(default="", max_length=2000)
+
+
+class CommentIn(Schema):
+    body: str = Field(
+        description="A remark for everyone who reviews the request, at most 4000 characters; "
+        "never a verdict."
+    )
+
+
+class HandOverIn(Schema):
+    """One person or one group: the request's new reviewers, who are told."""
+
+    username: str = Field(
+        "", description="A person of the run's team who may decide the request.", max_length=150
+    )
+    group: str = Field(
+        "", description="A group whose members decide approvals (its name).", max_length=150
+    )
+    note: str = Field(
+        "", description="Why, for the new reviewers and the audit trail.", max_length=2000
+    )
 
 
 class VerifyOut(Schema):

@@ -19,6 +19,10 @@ class Scope(StrEnum):
     RUNS_LAUNCH = "runs:launch"
     APPROVALS_READ = "approvals:read"
     APPROVALS_DECIDE = "approvals:decide"
+    # Comment on the requests the owner may open (``approval_visible_to``: the queue of their
+    # teams, or their own run's). Apart from ``approvals:read``, so a token given out to read
+    # writes nothing, and from ``approvals:decide``: whoever comments need not decide.
+    APPROVALS_COMMENT = "approvals:comment"
     AUDIT_READ = "audit:read"
     # Answer the ``ask`` steps the owner is asked (the question's own rule says who: its launcher
     # or a member of its group), and list them. Not implied by ``runs:launch``: a token that
@@ -50,6 +54,11 @@ class Scope(StrEnum):
     # do (a schedule launches runs as the person who saved it). Reading them is
     # ``workflows:read``, as on the page.
     SCHEDULES_WRITE = "schedules:write"
+    # The teams the owner belongs to and their roles there, as the Teams page lists them; an
+    # admin's token sees every team and its people, and makes teams and gives and takes roles
+    # (the teams services refuse anyone else, and a token limited to one team).
+    TEAMS_READ = "teams:read"
+    TEAMS_WRITE = "teams:write"
 
 
 # None: no capability is needed, only an active owner (the token pages are every person's).
@@ -59,6 +68,9 @@ SCOPE_CAPABILITY: dict[Scope, Capability | None] = {
     Scope.RUNS_LAUNCH: Capability.LAUNCH_RUNS,
     Scope.APPROVALS_READ: Capability.VIEW_APPROVALS,
     Scope.APPROVALS_DECIDE: Capability.DECIDE_APPROVALS,
+    # What the request page's comment form needs: whoever may watch runs, the launcher of the
+    # run included; the request's own rule (``approval_visible_to``) says which requests.
+    Scope.APPROVALS_COMMENT: Capability.VIEW_RUNS,
     # Signed exports, chain verification and run evidence bundles: what Compliance does.
     Scope.AUDIT_READ: Capability.EXPORT_AUDIT,
     # What answering on the run page needs: whoever may watch runs and is the one asked.
@@ -73,6 +85,8 @@ SCOPE_CAPABILITY: dict[Scope, Capability | None] = {
     Scope.SYSTEM_READ: Capability.VIEW_SYSTEM,
     Scope.CREDENTIALS_WRITE: Capability.AUTHOR_WORKFLOWS,
     Scope.SCHEDULES_WRITE: Capability.LAUNCH_RUNS,
+    Scope.TEAMS_READ: None,
+    Scope.TEAMS_WRITE: None,
 }
 
 SCOPE_LABELS: dict[Scope, str] = {
@@ -80,7 +94,8 @@ SCOPE_LABELS: dict[Scope, str] = {
     Scope.RUNS_READ: "Read runs, their steps, outputs and files",
     Scope.RUNS_LAUNCH: "Launch and cancel runs",
     Scope.APPROVALS_READ: "Read approval requests and their evidence",
-    Scope.APPROVALS_DECIDE: "Approve or reject irreversible steps",
+    Scope.APPROVALS_DECIDE: "Approve or reject irreversible steps, hand requests over",
+    Scope.APPROVALS_COMMENT: "Comment on the approval requests you may open (never a verdict)",
     Scope.AUDIT_READ: "Export and verify the audit trail, download evidence bundles",
     Scope.QUESTIONS_ANSWER: "Answer the questions runs ask you (ask steps), list them",
     Scope.TOOLS_CALL: "AI agents (MCP): call the workflows offered as tools, follow and cancel "
@@ -96,4 +111,6 @@ SCOPE_LABELS: dict[Scope, str] = {
     Scope.SYSTEM_READ: "Read the system's health: database, channel layer, workers, queues",
     Scope.CREDENTIALS_WRITE: "Store credentials and replace their values (never read them back)",
     Scope.SCHEDULES_WRITE: "Make, change, pause and delete schedules (they launch as you)",
+    Scope.TEAMS_READ: "List your teams and your roles there (admins: every team and its people)",
+    Scope.TEAMS_WRITE: "Admins: make teams, give and take people's roles in them",
 }

@@ -18,6 +18,7 @@ from typing import Any
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from oauth2_provider.generators import generate_client_secret
 from oauth2_provider.models import get_access_token_model, get_application_model
@@ -379,14 +380,19 @@ def token_create(
     return token, raw
 
 
-def token_team_choices(owner: User) -> list[tuple[str, str]]:
-    """The teams (slug, name) a token of ``owner`` may be limited to: those where they hold a
-    role; every team for a role held in all of them."""
+def _token_teams(owner: User) -> QuerySet[Team]:
+    """The teams a token of ``owner`` may be limited to: those where they hold a role; every
+    team for a role held in all of them."""
     held = access_of([owner])[owner.pk]
     teams = Team.objects.order_by("name")
     if not held.everywhere:
         teams = teams.filter(pk__in={team for team, _ in held.team_roles})
-    return list(teams.values_list("slug", "name"))
+    return teams
+
+
+def token_team_choices(owner: User) -> list[tuple[str, str]]:
+    """The teams (slug, name) a token of ``owner`` may be limited to (``_token_teams``)."""
+    return list(_token_teams(owner).values_list("slug", "name"))
 
 
 def _token_team(
@@ -396,18 +402,18 @@ def _token_team(
     limited = via.access.team if via is not None else None
     if not team:
         return limited
-    found = Team.objects.filter(slug=team).first()
-    if found is None or not any(user_can(owner, c, team_id=found.pk) for c in Capability):
+    found = _token_teams(owner).filter(slug=team).values_list("pk", flat=True).first()
+    if found is None:
         errors.setdefault("team", []).append(
             f"{owner.get_username()} is in no team called {team!r}."
         )
         return None
-    if limited is not None and found.pk != limited:
+    if limited is not None and found != limited:
         errors.setdefault("team", []).append(
             "The token making it is limited to another team; this one must be limited to it too."
         )
         return None
-    return found.pk
+    return found
 
 
 def token_revoke(*, token_id: int, actor: User) -> ApiToken:

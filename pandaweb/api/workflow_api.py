@@ -87,7 +87,7 @@ def _detail(workflow: Workflow) -> WorkflowDetailOut:
     )
 
 
-def _draft_out(workflow: Workflow, draft: WorkflowVersion) -> DraftOut:
+def draft_out(workflow: Workflow, draft: WorkflowVersion) -> DraftOut:
     review = services.draft_review(workflow, draft)
     return DraftOut(
         workflow=workflow.slug,
@@ -103,7 +103,9 @@ def _draft_out(workflow: Workflow, draft: WorkflowVersion) -> DraftOut:
     )
 
 
-def _refusal(exc: services.WorkflowError, *, fields: dict[str, str] | None = None) -> Problem:
+def workflow_refusal(
+    exc: services.WorkflowError, *, fields: dict[str, str] | None = None
+) -> Problem:
     """A refused change: 422 naming the request's fields when the service named any (by the
     dashboard form's field names, ``fields`` maps those the API calls otherwise), 409 when the
     workflow's state refused it (archived, no draft), 403 when it is another team's to change."""
@@ -169,7 +171,7 @@ def workflow_import(
         errors = [p.model_dump() for p in _document_problems(exc.problems)]
         raise Problem(422, "the file was not imported", errors=errors) from None
     except services.WorkflowError as exc:
-        raise _refusal(exc) from None
+        raise workflow_refusal(exc) from None
     return Status(201, _detail(selectors.workflow_get(workflow.slug, user=context.user)))
 
 
@@ -194,7 +196,7 @@ def draft_get(request: HttpRequest, slug: str) -> DraftOut:
     draft = selectors.draft_of(workflow)
     if draft is None:
         raise Http404("no draft")
-    return _draft_out(workflow, draft)
+    return draft_out(workflow, draft)
 
 
 @router.post(
@@ -211,8 +213,8 @@ def draft_start(request: HttpRequest, slug: str) -> Status[DraftOut]:
     try:
         draft, created = services.workflow_start_draft(workflow_id=workflow.pk, user=context.user)
     except services.WorkflowError as exc:
-        raise _refusal(exc) from None
-    return Status(201 if created else 200, _draft_out(workflow, draft))
+        raise workflow_refusal(exc) from None
+    return Status(201 if created else 200, draft_out(workflow, draft))
 
 
 # The settings form's fields the API names otherwise: the approval reach and recording options
@@ -333,12 +335,56 @@ def settings_update(
             offer_as_tool=sent.get("offer_as_tool"),
         )
     except services.WorkflowError as exc:
-        raise _refusal(exc, fields=_REACH_FIELDS) from None
+        raise workflow_refusal(exc, fields=_REACH_FIELDS) from None
     return _detail(selectors.workflow_get(slug, user=context.user))
 
 
 # The settings whose null means "as they are" (the options objects and offering as a tool).
 _MAY_BE_NULL = frozenset({"approval_reach", "recording", "offer_as_tool"})
+
+
+# Archiving and restoring --------------------------------------------------------------------------
+
+
+def _set_archived(request: HttpRequest, slug: str, *, archived: bool) -> WorkflowDetailOut:
+    context = token_with_scope(request, Scope.WORKFLOWS_WRITE)
+    workflow = selectors.workflow_get(slug, user=context.user)
+    try:
+        services.workflow_set_archived(
+            workflow_id=workflow.pk, user=context.user, archived=archived
+        )
+    except services.WorkflowError as exc:
+        raise workflow_refusal(exc) from None
+    return _detail(selectors.workflow_get(slug, user=context.user))
+
+
+@router.post(
+    "/{slug}/archive",
+    response=WorkflowDetailOut,
+    url_name="workflow_archive",
+    summary="Archive a workflow",
+)
+def archive(request: HttpRequest, slug: str) -> WorkflowDetailOut:
+    """Archive the workflow, as the workflow page's Archive button: it leaves the list
+    (``GET /workflows/?archived=true`` shows it), nothing launches it (a launch, a batch or a
+    schedule's launch is refused with 409, and it is no MCP tool), and its draft and settings are
+    frozen until it is restored. Its versions and runs stay. Idempotent: archiving an archived
+    workflow changes nothing. 403 for a token whose owner sees the workflow but does not write
+    its team's workflows. Scope: ``workflows:write``."""
+    return _set_archived(request, slug, archived=True)
+
+
+@router.post(
+    "/{slug}/restore",
+    response=WorkflowDetailOut,
+    url_name="workflow_restore",
+    summary="Restore an archived workflow",
+)
+def restore(request: HttpRequest, slug: str) -> WorkflowDetailOut:
+    """Bring an archived workflow back, as the workflow page's Restore button: it is listed,
+    launched and edited again. Idempotent: restoring a workflow that is not archived changes
+    nothing. Scope: ``workflows:write``."""
+    return _set_archived(request, slug, archived=False)
 
 
 # Publishing and versions --------------------------------------------------------------------------
@@ -393,7 +439,7 @@ def publish(
             warnings=warned,
         ) from None
     except services.WorkflowError as exc:
-        raise _refusal(exc) from None
+        raise workflow_refusal(exc) from None
     return Status(201 if created else 200, _version_summary(version))
 
 

@@ -55,7 +55,7 @@ def test_a_day_driven_from_the_client_library_and_its_command(stack: Stack, tmp_
     ).strip()  # fmt: skip
     reviewer_token = stack.manage(
         "api_token", "rory.reviewer", "--name", "client-library",
-        "--scope", "approvals:read", "--scope", "approvals:decide",
+        "--scope", "approvals:read", "--scope", "approvals:decide", "--scope", "approvals:comment",
     ).strip()  # fmt: skip
     invoice = [i for i in PortalState().invoices() if i.status == "open"][-1]
     amount = f"{invoice.amount_due:.2f}"
@@ -95,9 +95,33 @@ def test_a_day_driven_from_the_client_library_and_its_command(stack: Stack, tmp_
         with pytest.raises(ApiError) as stale:
             rory.decide(request.id, approve=True, evidence_sha256="0" * 64)
         assert stale.value.status == 409
+        # Discussed and handed over before the verdict: the page's rules, in the server's words.
+        said = rory.comment(request.id, "The payee matches the contract.")
+        assert (said.author, said.body) == ("rory.reviewer", "The payee matches the contract.")
+        refused_hand_over = command(
+            stack, reviewer_token, "approvals", "hand-over", str(request.id),
+            "--to", "olivia.operator",
+        )  # fmt: skip
+        assert refused_hand_over.returncode == 1, refused_hand_over
+        assert "409: olivia.operator cannot decide this request" in refused_hand_over.stderr
+        handed = command(
+            stack, reviewer_token, "approvals", "hand-over", str(request.id),
+            "--group", "Reviewers", "--note", "still ours",
+        )  # fmt: skip
+        assert handed.returncode == 0, handed
+        assert f"approval #{request.id} handed to Reviewers" in handed.stdout
+        remarked = command(
+            stack, reviewer_token, "approvals", "comment", str(request.id), "Due", "today"
+        )
+        assert remarked.returncode == 0, remarked
         shown = command(stack, reviewer_token, "approval", str(request.id))
         assert f"Amount: {amount} EUR" in shown.stdout
         assert request.evidence_sha256 in shown.stdout
+        assert "rory.reviewer commented: Due today" in shown.stdout
+        assert [c.body for c in rory.approval(request.id).comments] == [
+            "The payee matches the contract.",
+            "Due today",
+        ]
         decided = command(
             stack, reviewer_token, "decide", str(request.id), "--approve",
             "--evidence", request.evidence_sha256,
@@ -316,6 +340,20 @@ def test_a_whole_day_of_a_new_workflow_driven_from_the_client(
         )
         erp.delete_schedule(schedule.id)
         assert erp.schedules(workflow=DAY_SLUG) == []
+
+        # Archived, nothing launches it; restored, it is listed again.
+        archived = command(stack, erp_token, "workflows", "archive", DAY_SLUG)
+        assert archived.returncode == 0, archived
+        assert f"{DAY_SLUG}: archived" in archived.stdout
+        with pytest.raises(ApiError) as refused_launch:
+            erp.launch(DAY_SLUG, {"invoice": invoice.number, "amount": amount})
+        assert (refused_launch.value.status, refused_launch.value.detail) == (
+            409,
+            "this workflow is archived",
+        )
+        assert DAY_SLUG in [w.slug for w in erp.workflows(archived=True)]
+        assert erp.restore(DAY_SLUG).archived is False
+        assert DAY_SLUG in [w.slug for w in erp.workflows()]
 
         # The callback: the approval request, then the run's end, each signed with its secret.
         delivered = signed_until(inbox, secret, "run.finished")

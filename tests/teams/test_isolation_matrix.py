@@ -172,6 +172,8 @@ RULES: dict[str, tuple[Endpoint, ...]] = {
     "api:workflow_draft_start": (obj("/api/v1/workflows/{slug}/draft", "POST"),),
     "api:workflow_settings": (obj("/api/v1/workflows/{slug}/settings", "PATCH", name="x"),),
     "api:workflow_publish": (obj("/api/v1/workflows/{slug}/publish", "POST", message="x"),),
+    "api:workflow_archive": (obj("/api/v1/workflows/{slug}/archive", "POST"),),
+    "api:workflow_restore": (obj("/api/v1/workflows/{slug}/restore", "POST"),),
     "api:workflow_versions": (obj("/api/v1/workflows/{slug}/versions"),),
     "api:workflow_diff": (obj("/api/v1/workflows/{slug}/diff?from_version=1&to_version=2"),),
     "api:session_template_get": (obj("/api/v1/workflows/{slug}/session-template"),),
@@ -180,6 +182,12 @@ RULES: dict[str, tuple[Endpoint, ...]] = {
     "api:run_list": (listing("/api/v1/runs/"), listing("/api/v1/runs/?workflow={slug}")),
     "api:run_get": (obj("/api/v1/runs/{waiting}"),),
     "api:run_cancel": (obj("/api/v1/runs/{running}/cancel", "POST"),),
+    "api:run_again": (obj("/api/v1/runs/{failed}/again", "POST"),),
+    "api:run_reconcile": (obj("/api/v1/runs/{unsure}/reconcile", "POST", happened=False, note="checked"),),
+    "api:heal_get": (obj("/api/v1/runs/{failed}/steps/3/healing"),),
+    "api:heal_picture": (obj("/api/v1/runs/{failed}/steps/3/healing/elements/1.png"),),
+    "api:heal_model": (obj("/api/v1/runs/{failed}/steps/3/healing/model", "POST"),),
+    "api:heal_apply": (obj("/api/v1/runs/{failed}/steps/3/healing", "POST", number=1),),
     "api:question_answer": (obj("/api/v1/runs/{answering}/questions/{question}/answer", "POST", answer="123456"),),
     "api:run_file": (obj("/api/v1/runs/{finished}/files/{artifact_path}"),),
     "api:run_artifact": (obj("/api/v1/runs/{finished}/artifacts/{artifact}"),),
@@ -188,6 +196,8 @@ RULES: dict[str, tuple[Endpoint, ...]] = {
     "api:approval_list": (listing("/api/v1/approvals/"), listing("/api/v1/approvals/?status=all")),
     "api:approval_get": (obj("/api/v1/approvals/{approval}"),),
     "api:approval_decide": (obj("/api/v1/approvals/{approval}/decision", "POST", **DECISION),),
+    "api:approval_comment": (obj("/api/v1/approvals/{approval}/comments", "POST", body="hello"),),
+    "api:approval_hand_over": (obj("/api/v1/approvals/{approval}/assignee", "POST", group="Reviewers", note="yours"),),
     "api:audit_export": (listing("/api/v1/audit/export"),),
     "api:webhook_list": (listing("/api/v1/webhooks/"),),
     "api:webhook_create": (obj("/api/v1/webhooks/", "POST", name="x", url="http://127.0.0.1:9/", events=["run.finished"], workflow="{slug}"),),
@@ -208,6 +218,10 @@ RULES: dict[str, tuple[Endpoint, ...]] = {
     "api:batch_launch": (obj("/api/v1/batches/", "POST", workflow="{slug}", rows=[{}]),),
     "api:batch_get": (obj("/api/v1/batches/{batch}"),),
     "api:batch_outputs": (obj("/api/v1/batches/{batch}/outputs.csv"),),
+    "api:team_list": (listing("/api/v1/teams/"),),
+    "api:team_get": (obj("/api/v1/teams/{team}"),),
+    "api:team_member_add": (obj("/api/v1/teams/{team}/members", "POST", username="a-operators", role="Operators"),),
+    "api:team_member_remove": (obj("/api/v1/teams/{team}/members/a-operators/Operators", "DELETE"),),
 }  # fmt: skip
 
 OWN = "the person's own account, not a team's data"
@@ -263,6 +277,7 @@ INSTALLATION: dict[str, str] = {
     "api:service_account_token_create": ADMIN,
     "api:system_health": ADMIN,
     "api:system_ping": ADMIN,
+    "api:team_create": ADMIN,
 }
 TEAM_ROLES = (Role.OPERATORS, Role.REVIEWERS, Role.COMPLIANCE)
 
@@ -322,6 +337,7 @@ def team_b_world(tmp_path: Path, run_files_in_tmp: Path) -> World:
         "artifact": artifact.pk,
         "artifact_path": artifact.path,
         "view": view.pk,
+        "team": team_b.slug,
         "credential_name": credential.name,
     }
     names = list(Workflow.objects.values_list("name", flat=True))

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx2
 
-from pandaweb_client.client import ApiError, Client, Draft, Run, Schedule, SessionTemplate
+from pandaweb_client.client import ApiError, Client, Draft, Run, Schedule, SessionTemplate, Team
 
 # Exit codes a script can branch on.
 OK, REFUSED, USAGE, RUN_DID_NOT_SUCCEED = 0, 1, 2, 3
@@ -127,8 +127,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     wait.add_argument("--timeout", type=float, default=900.0)
     cancel = commands.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run_id", type=int)
+    again = commands.add_parser(
+        "again", help="run again (name=value… to change inputs), or continue a failed run"
+    )
+    again.add_argument("run_id", type=int)
+    again.add_argument("inputs", nargs="*", metavar="name=value")
+    again.add_argument("--from", dest="start_step", default="", help="continue from this step id")
+    again.add_argument("--latest", action="store_true", help="on the latest published version")
+    again.add_argument("--priority", choices=["low", "normal", "high"])
+    again.add_argument("--idempotency-key")
+    answered = commands.add_parser("answer", help="answer the question a run waits at")
+    answered.add_argument("run_id", type=int)
+    answered.add_argument("answer")
+    reconcile = commands.add_parser(
+        "reconcile", help="say whether an approved action of the run happened on the portal"
+    )
+    reconcile.add_argument("run_id", type=int)
+    happened = reconcile.add_mutually_exclusive_group(required=True)
+    happened.add_argument("--happened", action="store_true")
+    happened.add_argument("--did-not-happen", action="store_true")
+    reconcile.add_argument("--note", required=True, help="what you checked on the portal")
+    heal = commands.add_parser(
+        "heal", help="a failed step's candidates; --pick N or --target T into the draft"
+    )
+    heal.add_argument("run_id", type=int)
+    heal.add_argument("step_index", type=int)
+    heal.add_argument("--field", default="", help="which target (a login step has three)")
+    picked = heal.add_mutually_exclusive_group()
+    picked.add_argument("--pick", type=int, metavar="N", help="element N of the step's page")
+    picked.add_argument("--target", default="", help='a target: button "Pay now"')
+    picked.add_argument(
+        "--ask-model",
+        metavar="WORDS",
+        nargs="?",
+        const="",
+        help="have the model rank them, or choose the element WORDS describe",
+    )
+    heal.add_argument("--confirm", default="", help="the step's id, for an irreversible step")
 
-    commands.add_parser("approvals", help="pending approval requests")
+    pending = commands.add_parser(
+        "approvals", help="pending approval requests; comment on one, hand one over"
+    )
+    on_pending = pending.add_subparsers(dest="action")
+    commented = on_pending.add_parser("comment", help="a remark for the request's reviewers")
+    commented.add_argument("approval_id", type=int)
+    commented.add_argument("text", nargs="+")
+    handed = on_pending.add_parser("hand-over", help="hand a pending request to a person or group")
+    handed.add_argument("approval_id", type=int)
+    to = handed.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to", metavar="USER", help="a person of the run's team who may decide it")
+    to.add_argument("--group", help="a group whose members decide approvals")
+    handed.add_argument("--note", default="", help="why, for them and the audit trail")
     approval = commands.add_parser("approval", help="one request: its facts and evidence hash")
     approval.add_argument("approval_id", type=int)
     decide = commands.add_parser("decide", help="approve or reject, bound to the evidence hash")
@@ -160,6 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     publish.add_argument("-m", "--message", required=True, help="what changed")
     publish.add_argument("--accept-warnings", action="store_true")
     publish.add_argument("--idempotency-key")
+    for action, what in (("archive", "nothing launches it until restored"),
+                         ("restore", "bring an archived workflow back")):  # fmt: skip
+        on_workflow.add_parser(action, help=what).add_argument("workflow")
     versions = on_workflow.add_parser("versions", help="the published versions, newest first")
     versions.add_argument("workflow")
     template = on_workflow.add_parser("template", help="the session template's status")
@@ -208,6 +260,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="launch the valid rows, keep the others back")  # fmt: skip
     batch.add_argument("--idempotency-key")
 
+    teams = commands.add_parser("teams", help="teams and who holds which role (admins change it)")
+    on_team = teams.add_subparsers(dest="action", required=True)
+    on_team.add_parser("list", help="your teams and your roles there (admins: every team)")
+    shown = on_team.add_parser("show", help="one team (admins: who holds which role there)")
+    shown.add_argument("team", help="the team's short name")
+    made = on_team.add_parser("create", help="make a team")
+    made.add_argument("name")
+    made.add_argument("--slug", default="", help="its short name (default: from the name)")
+    for action, what in (("add", "give a person a role in a team"),
+                         ("remove", "take a person's role in a team")):  # fmt: skip
+        change = on_team.add_parser(action, help=what)
+        change.add_argument("team", help="the team's short name")
+        change.add_argument("username")
+        change.add_argument("role", help="Operators, Reviewers or Compliance")
+
     args, extra = parser.parse_known_args(argv)
     # argparse takes the name=value inputs only before the first option; after it they are
     # left over, and still inputs.
@@ -252,13 +319,7 @@ def _command(client: Client, args: argparse.Namespace) -> int:
     if args.command == "cancel":
         return _finished(client.cancel(args.run_id), args.json)
     if args.command == "approvals":
-        found = client.approvals()
-        if args.json:
-            _print([a.raw for a in found])
-            return OK
-        for item in found:
-            print(f"#{item.id} {item.action} (evidence {item.evidence_sha256[:12]}…)")
-        return OK
+        return _approvals(client, args)
     if args.command == "approval":
         item = client.approval(args.approval_id)
         if args.json:
@@ -274,6 +335,10 @@ def _command(client: Client, args: argparse.Namespace) -> int:
             value = f"{fact.get('value')} {fact.get('currency') or ''}".strip()
             print(f"  {fact.get('label')}: {value}{warning}")
         print(f"  evidence sha256: {item.evidence_sha256}")
+        if item.assignee:
+            print(f"  handed to {item.assignee}")
+        for said in item.comments:
+            print(f"  {said.author} commented: {said.body}")
         return OK
     if args.command == "decide":
         item = client.decide(
@@ -294,6 +359,79 @@ def _command(client: Client, args: argparse.Namespace) -> int:
         print(client.download_bundle(args.run_id, args.path))
         return OK
     raise AssertionError(args.command)  # pragma: no cover
+
+
+def _again(client: Client, args: argparse.Namespace) -> int:
+    run = client.again(
+        args.run_id,
+        _inputs(args.inputs) if args.inputs else None,
+        start_step=args.start_step,
+        latest_version=args.latest,
+        priority=args.priority,
+        idempotency_key=args.idempotency_key,
+    )
+    return _finished(run, args.json)
+
+
+def _answer(client: Client, args: argparse.Namespace) -> int:
+    answered = client.answer(args.run_id, args.answer)
+    _print(answered) if args.json else print(f"run #{args.run_id}: {answered['run_status']}")
+    return OK
+
+
+def _reconcile(client: Client, args: argparse.Namespace) -> int:
+    return _finished(
+        client.reconcile(args.run_id, happened=args.happened, note=args.note), args.json
+    )
+
+
+def _heal(client: Client, args: argparse.Namespace) -> int:
+    if args.pick is not None or args.target:
+        draft = client.heal(
+            args.run_id,
+            args.step_index,
+            number=args.pick,
+            target=args.target,
+            field=args.field,
+            confirm=args.confirm,
+        )
+        _print(draft.raw) if args.json else print(_draft_lines(draft))
+        return OK
+    if args.ask_model is not None:
+        found = client.ask_model(
+            args.run_id, args.step_index, field=args.field, description=args.ask_model
+        )
+    else:
+        found = client.healing(args.run_id, args.step_index, field=args.field)
+    if args.json:
+        _print(found.raw)
+        return OK
+    print(f"step {found.step_id} ({found.target_field}) looked for {found.looked_for}")
+    for candidate in found.candidates:
+        print(f"  [{candidate['number']}] {candidate['target']}: {'; '.join(candidate['reasons'])}")
+    if found.model_call and found.model_call.get("error"):
+        print(f"  the model proposed nothing: {found.model_call['error']}")
+    if found.confirm:
+        print(f"  irreversible: add --confirm {found.confirm} to change it")
+    return OK
+
+
+def _approvals(client: Client, args: argparse.Namespace) -> int:
+    if args.action is None:
+        found = client.approvals()
+        return _listed(args, [a.raw for a in found],
+                       [f"#{a.id} {a.action} (evidence {a.evidence_sha256[:12]}…)"
+                        for a in found])  # fmt: skip
+    if args.action == "comment":
+        said = client.comment(args.approval_id, " ".join(args.text))
+        _print(said.raw) if args.json else print(f"commented on approval #{args.approval_id}")
+        return OK
+    item = client.hand_over(args.approval_id, username=args.to, group=args.group, note=args.note)
+    if args.json:
+        _print(item.raw)
+    else:
+        print(f"approval #{item.id} handed to {item.assignee or item.reviewer_group}")
+    return OK
 
 
 def _workflows(client: Client, args: argparse.Namespace) -> int:
@@ -317,6 +455,11 @@ def _workflows(client: Client, args: argparse.Namespace) -> int:
             idempotency_key=args.idempotency_key,
         )
         _print(version.raw) if args.json else print(f"published {args.workflow} v{version.number}")
+        return OK
+    if args.action in {"archive", "restore"}:
+        changed = (client.archive if args.action == "archive" else client.restore)(args.workflow)
+        state = "archived" if changed.archived else "not archived"
+        _print(changed.raw) if args.json else print(f"{changed.slug}: {state}")
         return OK
     if args.action == "versions":
         versions = client.versions(args.workflow)
@@ -394,12 +537,52 @@ def _batch(client: Client, args: argparse.Namespace) -> int:
     return OK
 
 
+def _team_line(team: Team) -> str:
+    line = f"{team.slug}: {team.name}"
+    if team.my_roles:
+        line += f", you: {', '.join(team.my_roles)}"
+    if team.people is not None:
+        line += f" (people: {team.people}, workflows: {team.workflows})"
+    return line
+
+
+def _teams(client: Client, args: argparse.Namespace) -> int:
+    if args.action == "list":
+        teams = client.teams()
+        return _listed(args, [t.raw for t in teams], [_team_line(t) for t in teams])
+    if args.action == "show":
+        team = client.team(args.team)
+        if args.json:
+            _print(team.raw)
+            return OK
+        print(_team_line(team))
+        for member in team.members or []:
+            print(f"  {member['username']}: {', '.join(member['roles'])}")
+        return OK
+    if args.action == "create":
+        team = client.team_create(args.name, slug=args.slug)
+        said = f"made team {team.slug} ({team.name})"
+    elif args.action == "add":
+        team = client.team_member_add(args.team, args.username, args.role)
+        said = f"{args.username} is {args.role} in {team.slug}"
+    else:
+        team = client.team_member_remove(args.team, args.username, args.role)
+        said = f"{args.username} is not {args.role} in {team.slug}"
+    _print(team.raw) if args.json else print(said)
+    return OK
+
+
 # The commands that manage what runs (each with its own actions), besides the runs' own.
 MANAGING: dict[str, Callable[[Client, argparse.Namespace], int]] = {
+    "again": _again,
+    "answer": _answer,
+    "reconcile": _reconcile,
+    "heal": _heal,
     "workflows": _workflows,
     "credentials": _credentials,
     "schedules": _schedules,
     "batch": _batch,
+    "teams": _teams,
 }
 
 

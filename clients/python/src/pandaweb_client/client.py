@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx2
 
@@ -77,11 +78,44 @@ class Run:
         return [a for a in self.raw.get("approvals") or [] if a.get("status") == "pending"]
 
     @property
+    def continue_from(self) -> list[dict[str, Any]]:
+        """A failed run's later steps, each ``{"step_id", "allowed", "reason"}``: where
+        :meth:`Client.again` may continue it (``start_step``), or why not."""
+        return list(self.raw.get("continue_from") or [])
+
+    @property
+    def pending_question(self) -> dict[str, Any] | None:
+        return next(
+            (q for q in self.raw.get("questions") or [] if q.get("status") == "pending"), None
+        )
+
+    @property
     def callback(self) -> dict[str, Any] | None:
         """``{"url": …, "secret": "whsec_…"}`` of a launch with ``callback_url``: verify each
         delivery with the secret (any Standard Webhooks library)."""
         callback = self.raw.get("callback")
         return dict(callback) if callback else None
+
+
+@dataclass(frozen=True)
+class Comment:
+    """A remark on an approval request, for everyone who reviews it; never a verdict."""
+
+    id: int
+    author: str
+    body: str
+    created_at: datetime
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Comment:
+        return cls(
+            id=int(data["id"]),
+            author=str(data.get("author") or ""),
+            body=str(data.get("body") or ""),
+            created_at=datetime.fromisoformat(str(data["created_at"])),
+            raw=data,
+        )
 
 
 @dataclass(frozen=True)
@@ -93,6 +127,11 @@ class Approval:
     evidence_sha256: str
     # What a reviewer decides on (amount, payee, reference), as the gate read them.
     facts: list[dict[str, Any]]
+    # Who decides it: the group, and the person it was handed to (None when it was not); with
+    # its comments, oldest first. A single request's answer has them, a list's does not.
+    reviewer_group: str
+    assignee: str | None
+    comments: list[Comment]
     raw: dict[str, Any] = field(repr=False)
 
     @classmethod
@@ -104,6 +143,9 @@ class Approval:
             action=str(data.get("action") or ""),
             evidence_sha256=str(data.get("evidence_sha256") or ""),
             facts=list((data.get("evidence") or {}).get("facts") or []),
+            reviewer_group=str(data.get("reviewer_group") or ""),
+            assignee=data.get("assignee"),
+            comments=[Comment.of(c) for c in data.get("comments") or []],
             raw=data,
         )
 
@@ -138,6 +180,38 @@ class Workflow:
             archived=bool(data.get("archived")),
             settings=dict(data.get("settings") or {}),
             has_draft=bool(data.get("has_draft")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Healing:
+    """A failed step's healing proposal: ``candidates`` (each ``{"number", "role", "name",
+    "target", "reasons", "matches", "picture"}``), best first; ``confirm`` is the step's id when
+    it is irreversible (send it back to change the step); ``model_call`` while or once a model
+    was asked."""
+
+    run: int
+    step_index: int
+    step_id: str
+    target_field: str
+    looked_for: str
+    candidates: list[dict[str, Any]]
+    confirm: str | None
+    model_call: dict[str, Any] | None
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Healing:
+        return cls(
+            run=int(data["run"]),
+            step_index=int(data["step_index"]),
+            step_id=str(data["step_id"]),
+            target_field=str(data["field"]),
+            looked_for=str(data["looked_for"]),
+            candidates=list(data.get("candidates") or []),
+            confirm=data.get("confirm"),
+            model_call=data.get("model_call"),
             raw=data,
         )
 
@@ -322,6 +396,34 @@ class Webhook:
         )
 
 
+@dataclass(frozen=True)
+class Team:
+    """A team and the token owner's roles there (``Operators``, ``Reviewers``, ``Compliance``).
+    ``people``, ``workflows`` and ``members`` (each ``{"username": …, "roles": […]}``) are an
+    admin's to read: None for anyone else, and ``members`` None in a list too."""
+
+    slug: str
+    name: str
+    my_roles: list[str]
+    people: int | None
+    workflows: int | None
+    members: list[dict[str, Any]] | None
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Team:
+        members = data.get("members")
+        return cls(
+            slug=str(data["slug"]),
+            name=str(data.get("name") or ""),
+            my_roles=list(data.get("my_roles") or []),
+            people=data.get("people"),
+            workflows=data.get("workflows"),
+            members=list(members) if members is not None else None,
+            raw=data,
+        )
+
+
 class Client:
     """``Client("https://pandaweb.example", token="pw_…")``; usable as a context manager."""
 
@@ -397,8 +499,89 @@ class Client:
         )
 
     def answer(self, run_id: int, answer: str) -> dict[str, Any]:
-        """Answer the question the run waits at (an ``ask`` step)."""
-        return self._json("POST", f"/runs/{run_id}/answer", json={"answer": answer})
+        """Answer the question the run waits at (an ``ask`` step); ``LookupError`` when it waits
+        at none."""
+        question = self.run(run_id).pending_question
+        if question is None:
+            raise LookupError(f"run #{run_id} waits for no answer")
+        path = f"/runs/{run_id}/questions/{question['id']}/answer"
+        return dict(self._json("POST", path, json={"answer": answer}))
+
+    def again(
+        self,
+        run_id: int,
+        inputs: dict[str, Any] | None = None,
+        *,
+        start_step: str = "",
+        latest_version: bool = False,
+        priority: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Run:
+        """A new run linked to ``run_id``: its inputs (or ``inputs``), its version (or the
+        latest published one). ``start_step`` continues a failed run from that step (see
+        :attr:`Run.continue_from`). Retried on a dropped connection with one Idempotency-Key."""
+        body: dict[str, Any] = {"version": "latest" if latest_version else "same"}
+        if inputs is not None:
+            body["inputs"] = inputs
+        if start_step:
+            body["start_step"] = start_step
+        if priority is not None:
+            body["priority"] = priority
+        return Run.of(self._post_once(f"/runs/{run_id}/again", idempotency_key, json=body))
+
+    def reconcile(self, run_id: int, *, happened: bool, note: str) -> Run:
+        """Say, after looking at the portal, whether the approved action of a run that needs
+        reconciliation happened; ``note`` says what was checked."""
+        body = {"happened": happened, "note": note}
+        return Run.of(self._json("POST", f"/runs/{run_id}/reconcile", json=body))
+
+    # Healing --------------------------------------------------------------------------------
+
+    def healing(
+        self, run_id: int, step_index: int, *, field: str = "", call: int | None = None
+    ) -> Healing:
+        """What the failed step's page offers for its target; with ``call``, in the order (or
+        with the choice) of that model question."""
+        params: dict[str, Any] = {"field": field} if field else {}
+        if call is not None:
+            params["call"] = call
+        path = f"/runs/{run_id}/steps/{step_index}/healing"
+        return Healing.of(self._json("GET", path, params=params))
+
+    def ask_model(
+        self, run_id: int, step_index: int, *, field: str = "", description: str = ""
+    ) -> Healing:
+        """Have the configured model rank the candidates (or choose the element
+        ``description`` means) and wait for its answer."""
+        path = f"/runs/{run_id}/steps/{step_index}/healing/model"
+        asked = Healing.of(
+            self._json("POST", path, json={"field": field, "description": description})
+        )
+        call = int((asked.model_call or {})["id"])
+        return self._poll(
+            lambda: self.healing(run_id, step_index, call=call),
+            lambda found: (found.model_call or {}).get("status") != "pending",
+            timeout=120.0,
+            what=f"model question {call}",
+        )
+
+    def heal(
+        self,
+        run_id: int,
+        step_index: int,
+        *,
+        number: int | None = None,
+        target: str = "",
+        field: str = "",
+        confirm: str = "",
+    ) -> Draft:
+        """Put element ``number`` of the step's page (or a ``target`` written in the editor's
+        one-line form) into the workflow's draft; publish it for runs to use it."""
+        body: dict[str, Any] = {"field": field, "target": target, "confirm": confirm}
+        if number is not None:
+            body["number"] = number
+        path = f"/runs/{run_id}/steps/{step_index}/healing"
+        return Draft.of(self._json("POST", path, json=body))
 
     def download_bundle(self, run_id: int, destination: str | Path) -> Path:
         """The run's evidence bundle (a signed zip), written to ``destination``."""
@@ -431,6 +614,26 @@ class Client:
         }
         return Approval.of(self._json("POST", f"/approvals/{approval_id}/decision", json=body))
 
+    def comment(self, approval_id: int, body: str) -> Comment:
+        """Add a remark to the request for everyone who reviews it (its page shows it in the
+        history); never a verdict. Each call adds one."""
+        return Comment.of(
+            self._json("POST", f"/approvals/{approval_id}/comments", json={"body": body})
+        )
+
+    def hand_over(
+        self,
+        approval_id: int,
+        username: str | None = None,
+        group: str | None = None,
+        note: str = "",
+    ) -> Approval:
+        """Hand a pending request to one person (``username``) or one group (``group``), who are
+        told, with ``note``. Someone the policy does not let decide it is refused with a 409 in
+        words; an unknown person is a 422 on ``username``."""
+        body = {"username": username or "", "group": group or "", "note": note}
+        return Approval.of(self._json("POST", f"/approvals/{approval_id}/assignee", json=body))
+
     # Workflows ------------------------------------------------------------------------------
 
     def workflows(self, *, archived: bool = False) -> list[Workflow]:
@@ -454,6 +657,15 @@ class Client:
         return Workflow.of(
             self._json("POST", "/workflows/import", content=content, headers={"Content-Type": kind})
         )
+
+    def archive(self, slug: str) -> Workflow:
+        """Archive the workflow: nothing launches it, its draft and settings are frozen, until
+        it is restored. Archiving an archived workflow changes nothing."""
+        return Workflow.of(self._json("POST", f"/workflows/{slug}/archive"))
+
+    def restore(self, slug: str) -> Workflow:
+        """Bring an archived workflow back (a workflow that is not archived is left as it is)."""
+        return Workflow.of(self._json("POST", f"/workflows/{slug}/restore"))
 
     def draft(self, slug: str) -> Draft:
         """The draft with its problems and warnings; ApiError 404 when there is none."""
@@ -627,6 +839,34 @@ class Client:
 
     def delete_webhook(self, subscription_id: int) -> None:
         self._raise_for(self._http.request("DELETE", f"/webhooks/{subscription_id}"))
+
+    # Teams ----------------------------------------------------------------------------------
+
+    def teams(self) -> list[Team]:
+        """The teams the token's owner belongs to (every team for an admin), by name."""
+        return [Team.of(item) for item in self._json("GET", "/teams/")]
+
+    def team(self, slug: str) -> Team:
+        """One of them (another team is a 404, as a missing one); an admin reads its members."""
+        return Team.of(self._json("GET", f"/teams/{quote(slug, safe='')}"))
+
+    def team_create(self, name: str, *, slug: str = "") -> Team:
+        """A new team, with nobody in it yet (an admin's token); the slug is made from the
+        name when none is given. A slug another team has is a 409."""
+        return Team.of(self._json("POST", "/teams/", json={"name": name, "slug": slug}))
+
+    def team_member_add(self, slug: str, username: str, role: str) -> Team:
+        """Give ``username`` ``role`` (``Operators``, ``Reviewers`` or ``Compliance``) in the
+        team (an admin's token); holding it already changes nothing. An unknown person or role
+        is a 422 on ``username`` or ``role``."""
+        body = {"username": username, "role": role}
+        return Team.of(self._json("POST", f"/teams/{quote(slug, safe='')}/members", json=body))
+
+    def team_member_remove(self, slug: str, username: str, role: str) -> Team:
+        """Take ``role`` in the team from ``username`` (an admin's token); not holding it
+        changes nothing."""
+        path = "/".join(quote(part, safe="") for part in (slug, "members", username, role))
+        return Team.of(self._json("DELETE", f"/teams/{path}"))
 
     # Events ---------------------------------------------------------------------------------
 
