@@ -23,3 +23,7 @@ def cursor_decode(cursor: str) -> int:
         raise Problem(
             422, "the request is not valid", errors=[{"field": "cursor", "message": "not a cursor"}]
         ) from None
+
+
+# The most items one page of a list answers.
+MAX_PAGE = 200

@@ -17,7 +17,7 @@ from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from pandaweb.api.access import token_with_scope
-from pandaweb.api.paging import cursor_decode, cursor_encode
+from pandaweb.api.paging import MAX_PAGE, cursor_decode, cursor_encode
 from pandaweb.api.problems import Problem, field_errors
 from pandaweb.api.scopes import Scope
 from pandaweb.core.models import Team
@@ -28,7 +28,6 @@ from workflows.models import Workflow
 router = Router(tags=["webhooks"])
 
 INVALID = "the request is not valid"
-MAX_PAGE = 200
 
 
 class SubscriptionOut(Schema):

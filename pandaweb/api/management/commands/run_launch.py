@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from pandaweb.api.api import run_document
+from pandaweb.api.documents import run_document
 from pandaweb.core.permissions import user_can
 from pandaweb.core.roles import Capability
 from sessions.models import Run

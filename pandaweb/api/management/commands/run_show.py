@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.http import Http404
 
-from pandaweb.api.api import run_document
+from pandaweb.api.documents import run_document
 
 
 class Command(BaseCommand):
