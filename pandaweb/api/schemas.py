@@ -258,6 +258,33 @@ class HandOverIn(Schema):
     )
 
 
+class AuditEventOut(Schema):
+    sequence: int = Field(description="Its place in the chain: pass the last one as ?after=.")
+    occurred_at: datetime
+    actor: str = Field(description="The person's username, or runner / system.")
+    actor_kind: str
+    action: str
+    object_type: str
+    object_id: str
+    team: str | None = Field(description="The team whose trail it is in (its slug), if any.")
+    run_id: int | None
+    approval_id: int | None
+    before: Any
+    after: Any
+    extra: dict[str, Any] = Field(description="Context, e.g. the API token it came through (via).")
+    prev_hash: str
+    hash: str
+
+
+class AuditEventPage(Schema):
+    items: list[AuditEventOut]
+    next_after: int = Field(
+        description="Pass as ?after= next time: the last event's sequence (the one asked after "
+        "when there is none yet)."
+    )
+    more: bool = Field(description="Whether more events wait now (else: ask again later).")
+
+
 class VerifyOut(Schema):
     ok: bool
     count: int

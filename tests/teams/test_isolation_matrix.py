@@ -199,6 +199,7 @@ RULES: dict[str, tuple[Endpoint, ...]] = {
     "api:approval_comment": (obj("/api/v1/approvals/{approval}/comments", "POST", body="hello"),),
     "api:approval_hand_over": (obj("/api/v1/approvals/{approval}/assignee", "POST", group="Reviewers", note="yours"),),
     "api:audit_export": (listing("/api/v1/audit/export"),),
+    "api:audit_events": (listing("/api/v1/audit/events"), listing("/api/v1/audit/events?action=run.")),
     "api:webhook_list": (listing("/api/v1/webhooks/"),),
     "api:webhook_create": (obj("/api/v1/webhooks/", "POST", name="x", url="http://127.0.0.1:9/", events=["run.finished"], workflow="{slug}"),),
     "api:webhook_get": (obj("/api/v1/webhooks/{subscription}"),),

@@ -870,6 +870,18 @@ class Client:
 
     # Events ---------------------------------------------------------------------------------
 
+    def audit_events(self, *, after: int = 0, **filters: Any) -> Iterator[dict[str, Any]]:
+        """The audit trail's events after sequence ``after``, oldest first, page by page, until
+        the newest (``action="run."``, ``team=``, ``workflow=``… narrow it); each with its
+        ``sequence``: pass the last one seen as ``after`` next time."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        while True:
+            page = self._json("GET", "/audit/events", params={**params, "after": after})
+            yield from page["items"]
+            after = int(page["next_after"])
+            if not page["more"]:
+                return
+
     def events(
         self,
         *,
