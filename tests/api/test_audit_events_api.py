@@ -42,11 +42,12 @@ def read(api: Api, **params: Any) -> dict[str, Any]:
 def test_a_collector_reads_every_event_once_in_chain_order(
     compliance: User, payables: Team
 ) -> None:
+    api = Api(make_token(compliance, ["audit:read"]))
+    start = read(api, limit=200)["next_after"]  # the trail so far: the token's making among it
     for n in range(5):
         record("workflow.edited", team=payables, object_id=n)
-    api = Api(make_token(compliance, ["audit:read"]))
 
-    first = read(api, limit=3)
+    first = read(api, after=start, limit=3)
     rest = read(api, after=first["next_after"], limit=3)
     record("workflow.published", team=payables)
     later = read(api, after=rest["next_after"], limit=3)
