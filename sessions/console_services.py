@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from pandaweb.audit.services import audit_record
 from pandaweb.core.permissions import user_can
@@ -54,8 +55,10 @@ def run_continue_checks(run: Run) -> list[ContinueCheck]:
         return []
     irreversible = _irreversible_indexes(run.version)
     acted = set(
-        run.approvals.filter(intent_at__isnull=False).values_list("step_index", flat=True)
-    ) | set(run.approvals.filter(status="approved").values_list("step_index", flat=True))
+        run.approvals.filter(Q(intent_at__isnull=False) | Q(status="approved")).values_list(
+            "step_index", flat=True
+        )
+    )
     reconciled = RunEvent.objects.filter(
         run=run, type="status", payload__from=S.NEEDS_RECONCILIATION
     ).exists()

@@ -138,7 +138,7 @@ def _step_id(run: Run, index: int) -> str:
 def run_out(run: Run) -> RunOut:
     """The run with its steps, approvals, questions and artifacts: six queries whatever the
     run's size (run, steps, approvals, their decisions, questions with answerers, artifacts),
-    three more for a failed run (the steps it may continue from)."""
+    two more for a failed run (the steps it may continue from)."""
     steps = (
         StepResult.objects.filter(run=run)
         .only(
