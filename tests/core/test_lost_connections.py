@@ -56,11 +56,24 @@ def terminate_other_backends() -> int:
     connections.close_all()
     dsn = {k: v for k, v in params.items() if k in {"host", "port", "user", "dbname", "password"}}
     with psycopg.connect(**dsn, autocommit=True) as admin:
-        rows = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchall()
-    return len(rows)
+        pids = [
+            pid
+            for pid, _ in admin.execute(
+                "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchall()
+        ]
+        # pg_terminate_backend only signals: until a backend has gone, a check of its
+        # connection can still pass and the next query fail (the next test's, once).
+        until(
+            lambda: (
+                not admin.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]
+                ).fetchone()
+            ),
+            "the terminated backends to end",
+        )
+    return len(pids)
 
 
 def until(predicate: Callable[[], Any], what: str, timeout: float = 10) -> Any:
