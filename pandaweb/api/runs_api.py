@@ -265,7 +265,12 @@ def again(
     return Status(201 if created else 200, run_out(rerun))
 
 
-@runs.post("/{int:run_id}/reconcile", response=RunOut, url_name="run_reconcile")
+@runs.post(
+    "/{int:run_id}/reconcile",
+    response=RunOut,
+    url_name="run_reconcile",
+    summary="Say whether an uncertain action happened",
+)
 def reconcile(request: HttpRequest, run_id: int, payload: ReconcileIn) -> RunOut:
     """Settle a run that needs reconciliation (an approved irreversible action started and its
     end was never recorded): say, after looking at the portal, whether the action happened. The
